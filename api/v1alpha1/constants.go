@@ -1,0 +1,69 @@
+package v1alpha1
+
+import "time"
+
+// Condition types of a FencedLease.
+const (
+	// ConditionHeld is True while the claim holds the lock.
+	ConditionHeld = "Held"
+	// ConditionLockConflict is True while a same-named Lease that fencekeeper
+	// does not manage blocks the lock; the claim stays Pending.
+	ConditionLockConflict = "LockConflict"
+)
+
+// Condition reasons, also used as Event reasons for ownership transitions.
+const (
+	ReasonQueued       = "Queued"
+	ReasonGranted      = "Granted"
+	ReasonExpired      = "Expired"
+	ReasonReleased     = "Released"
+	ReasonSuperseded   = "Superseded"
+	ReasonLockConflict = "LockConflict"
+	ReasonNoConflict   = "NoConflict"
+)
+
+// Labels, annotations and finalizers of the backing Lease.
+const (
+	// Prefix of every fencekeeper label and annotation.
+	Prefix = "fencekeeper.io/"
+
+	// LabelManagedBy marks Leases fencekeeper manages (value ManagedByValue).
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of LabelManagedBy on managed Leases.
+	ManagedByValue = "fencekeeper"
+	// LabelLock names the lock, on managed Leases and on protected objects.
+	LabelLock = Prefix + "lock"
+
+	// AnnotationEpoch is the last epoch issued for the lock (on the Lease),
+	// or the writer's token (on a protected object). Decimal int64.
+	AnnotationEpoch = Prefix + "epoch"
+	// AnnotationClaim is the name of the holder claim (empty when free).
+	AnnotationClaim = Prefix + "claim"
+	// AnnotationClaimUID is the UID of the holder claim: the lease identity
+	// holders must see before renewing.
+	AnnotationClaimUID = Prefix + "claim-uid"
+	// AnnotationPreviousClaimUID is the UID of the claim that held the lock
+	// before the current one. It lets a controller that crashed between the
+	// Lease update and the claim status patch mark that claim Expired.
+	AnnotationPreviousClaimUID = Prefix + "previous-claim-uid"
+
+	// LeaseFinalizer keeps the backing Lease (the epoch ledger) from being
+	// deleted while claims for its lock exist.
+	LeaseFinalizer = Prefix + "lease-protection"
+)
+
+// DefaultLeaseDurationSeconds is the TTL of a claim that sets none.
+const DefaultLeaseDurationSeconds int32 = 15
+
+// LeaseDuration returns the claim's TTL.
+func (f *FencedLease) LeaseDuration() time.Duration {
+	return time.Duration(f.LeaseDurationSeconds()) * time.Second
+}
+
+// LeaseDurationSeconds returns the claim's TTL in seconds, defaulted.
+func (f *FencedLease) LeaseDurationSeconds() int32 {
+	if f.Spec.LeaseDurationSeconds == nil || *f.Spec.LeaseDurationSeconds < 1 {
+		return DefaultLeaseDurationSeconds
+	}
+	return *f.Spec.LeaseDurationSeconds
+}

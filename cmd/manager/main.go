@@ -1,0 +1,95 @@
+// Command manager runs fencekeeper's controllers: the lease authority that
+// grants FencedLeases and issues epochs.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/controllers"
+)
+
+var scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(coordinationv1.AddToScheme(scheme))
+	utilruntime.Must(fkv1.AddToScheme(scheme))
+}
+
+func main() {
+	var (
+		metricsAddr, probeAddr string
+		leaderElect            bool
+		leaderElectNamespace   string
+		concurrency            int
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
+	flag.BoolVar(&leaderElect, "leader-elect", false,
+		"Elect one active manager. For efficiency only: grants stay safe with several managers active at once.")
+	flag.StringVar(&leaderElectNamespace, "leader-election-namespace", "",
+		"Namespace of the leader-election Lease (default: the pod's namespace, required out of cluster).")
+	flag.IntVar(&concurrency, "lock-concurrency", 4, "Locks reconciled in parallel.")
+	opts := zap.Options{Development: false}
+	opts.BindFlags(flag.CommandLine)
+	// --kubeconfig is registered by controller-runtime's config package.
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "error: no Kubernetes connection: %v\n(set --kubeconfig or KUBECONFIG, or run in a cluster)\n", err)
+		os.Exit(1)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   controllers.CacheOptions(),
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "fencekeeper-manager.fencekeeper.io",
+		LeaderElectionNamespace: leaderElectNamespace,
+		// Losing leadership ends the process; a new term starts clean.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		log.Error(err, "unable to create manager")
+		os.Exit(1)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := (&controllers.LockReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("fencekeeper"),
+	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: concurrency}); err != nil {
+		log.Error(err, "unable to set up the lock controller")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "unable to add health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "unable to add ready check")
+		os.Exit(1)
+	}
+	log.Info("starting manager", "leaderElection", leaderElect)
+	if err := mgr.Start(ctx); err != nil {
+		log.Error(err, "manager stopped with an error")
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,284 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+// DefaultConflictRecheck is how often a lock blocked by an unmanaged Lease is
+// looked at again (that Lease is outside the informer cache, so its removal
+// sends no event).
+const DefaultConflictRecheck = 30 * time.Second
+
+// conflictRetry is how soon a reconcile whose guarded Lease write lost a race
+// runs again; the winner's write also arrives as a watch event.
+const conflictRetry = 50 * time.Millisecond
+
+// LockReconciler is the lease authority for every lock: one reconcile per
+// lock (namespace + spec.lockName).
+type LockReconciler struct {
+	// Client reads from the informer cache and writes to the apiserver.
+	Client client.Client
+	// APIReader reads live, for the rare paths: a holder claim missing from the
+	// cache, and a Lease that is not in the (managed-only) Lease cache.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// Clock is the monotonic clock expiry is measured on (injectable for tests).
+	Clock clock.PassiveClock
+	// ConflictRecheck defaults to DefaultConflictRecheck.
+	ConflictRecheck time.Duration
+
+	tracker *renewalTracker
+}
+
+// +kubebuilder:rbac:groups=fencekeeper.io,resources=fencedleases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fencekeeper.io,resources=fencedleases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile brings one lock's Lease and claims in line: heal claim statuses
+// from the Lease, make at most one guarded Lease write (grant, release,
+// expiry or repair), then derive the claim statuses from the result.
+func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	lock := req.NamespacedName
+	logger := log.FromContext(ctx).WithValues("lock", lock.String())
+	ctx = log.IntoContext(ctx, logger)
+
+	claims, err := r.listClaims(ctx, lock)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	lease, conflict, err := r.getLease(ctx, lock, len(claims) > 0)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if conflict != "" {
+		return r.reconcileConflict(ctx, claims, conflict)
+	}
+	if lease == nil && len(claims) == 0 {
+		return ctrl.Result{}, nil
+	}
+	if lease != nil && lease.DeletionTimestamp != nil && len(claims) == 0 {
+		return ctrl.Result{}, r.releaseFinalizer(ctx, lease)
+	}
+
+	led := readLedger(lease, lock.Name)
+	if claims, err = r.confirmHolder(ctx, lock, led, claims); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// Heal first: statuses must reflect this Lease before a write makes the
+	// Lease forget its previous holder.
+	if lease != nil {
+		if err := r.syncStatuses(ctx, claims, statusInputs{lease: lease, ledger: led}); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	d := decide(r.snapshot(lock, lease, led, claims))
+	if d.writeLease {
+		written, err := r.writeLease(ctx, lock, lease, led, d)
+		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+			logger.V(1).Info("lost a race for the Lease; deciding again", "reason", err.Error())
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("writing Lease %s: %w", lock, err)
+		}
+		r.recordLeaseWrite(ctx, lock, lease, led, d)
+		lease = written
+	}
+
+	in := statusInputs{lease: lease, ledger: readLedger(lease, lock.Name)}
+	if d.end == holderExpired {
+		in.expiredUID = string(d.endedUID)
+	}
+	if err := r.syncStatuses(ctx, claims, in); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: d.requeueAfter}, nil
+}
+
+func (r *LockReconciler) listClaims(ctx context.Context, lock types.NamespacedName) ([]*fkv1.FencedLease, error) {
+	var list fkv1.FencedLeaseList
+	if err := r.Client.List(ctx, &list, client.InNamespace(lock.Namespace),
+		client.MatchingFields{IndexLockName: lock.Name}); err != nil {
+		return nil, fmt.Errorf("listing claims of lock %s: %w", lock, err)
+	}
+	claims := make([]*fkv1.FencedLease, 0, len(list.Items))
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp == nil {
+			claims = append(claims, &list.Items[i])
+		}
+	}
+	return claims, nil
+}
+
+// getLease returns the managed Lease of the lock, or a conflict message when a
+// same-named Lease exists that fencekeeper does not manage. The cache holds
+// managed Leases only, so a miss is confirmed live (rare: a new lock, or a
+// conflict).
+func (r *LockReconciler) getLease(ctx context.Context, lock types.NamespacedName, needed bool) (*coordinationv1.Lease, string, error) {
+	var lease coordinationv1.Lease
+	err := r.Client.Get(ctx, lock, &lease)
+	if err == nil {
+		return &lease, "", nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, "", err
+	}
+	if !needed {
+		return nil, "", nil
+	}
+	if err := r.APIReader.Get(ctx, lock, &lease); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, "", nil
+		}
+		return nil, "", err
+	}
+	if !isManaged(&lease) {
+		return nil, fmt.Sprintf("Lease %s exists and is not managed by fencekeeper (no label %s=%s); "+
+			"fencekeeper will not overwrite it: delete it or use another lock name",
+			lock, fkv1.LabelManagedBy, fkv1.ManagedByValue), nil
+	}
+	return &lease, "", nil
+}
+
+// confirmHolder makes sure a holder missing from the claim cache is really
+// gone (a live read) before it is treated as released: the cache may simply
+// not have seen a claim another controller just granted.
+func (r *LockReconciler) confirmHolder(ctx context.Context, lock types.NamespacedName, led ledger, claims []*fkv1.FencedLease) ([]*fkv1.FencedLease, error) {
+	if led.holderUID == "" || findClaim(claims, led.holderUID) != nil || led.holderName == "" {
+		return claims, nil
+	}
+	var c fkv1.FencedLease
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: led.holderName}, &c)
+	switch {
+	case apierrors.IsNotFound(err):
+		return claims, nil
+	case err != nil:
+		return nil, fmt.Errorf("confirming holder claim %s/%s: %w", lock.Namespace, led.holderName, err)
+	case c.UID == led.holderUID && c.DeletionTimestamp == nil && c.Spec.LockName == lock.Name:
+		return append(claims, &c), nil
+	}
+	return claims, nil
+}
+
+func (r *LockReconciler) snapshot(lock types.NamespacedName, lease *coordinationv1.Lease, led ledger, claims []*fkv1.FencedLease) lockSnapshot {
+	s := lockSnapshot{lockName: lock.Name, ledger: led, claims: claims, now: r.tracker.now()}
+	if lease != nil {
+		renew := ""
+		if lease.Spec.RenewTime != nil {
+			renew = lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+		}
+		s.renewSeenAt = r.tracker.observe(lock, led.holderUID, renew)
+		if lease.Spec.LeaseDurationSeconds != nil {
+			s.leaseDurationOnLease = *lease.Spec.LeaseDurationSeconds
+		}
+		r.tracker.raiseFloor(lock, led.epoch)
+	}
+	for _, c := range claims {
+		r.tracker.raiseFloor(lock, c.Status.Epoch)
+	}
+	s.floor = r.tracker.floor(lock)
+	return s
+}
+
+// syncStatuses patches each claim whose derived status differs from what it
+// has, guarded by the claim's resourceVersion so a stale cache cannot move a
+// claim backward (for example out of the terminal Expired).
+func (r *LockReconciler) syncStatuses(ctx context.Context, claims []*fkv1.FencedLease, in statusInputs) error {
+	for _, c := range claims {
+		want, transition := desiredStatus(c, in)
+		if equality.Semantic.DeepEqual(want, c.Status) {
+			continue
+		}
+		orig := c.DeepCopy()
+		c.Status = want
+		if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("patching status of claim %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		r.recordClaimTransition(ctx, c, in.lease, transition)
+	}
+	return nil
+}
+
+func (r *LockReconciler) reconcileConflict(ctx context.Context, claims []*fkv1.FencedLease, conflict string) (ctrl.Result, error) {
+	lockConflicts.Inc()
+	if err := r.syncStatuses(ctx, claims, statusInputs{conflict: conflict}); err != nil {
+		return ctrl.Result{}, err
+	}
+	recheck := r.ConflictRecheck
+	if recheck <= 0 {
+		recheck = DefaultConflictRecheck
+	}
+	return ctrl.Result{RequeueAfter: recheck}, nil
+}
+
+// releaseFinalizer lets a Lease an admin deleted go once no claim of its lock
+// remains (namespace deletion relies on this). The epoch floor then survives
+// only in this process's memory.
+func (r *LockReconciler) releaseFinalizer(ctx context.Context, lease *coordinationv1.Lease) error {
+	if !hasFinalizer(lease, fkv1.LeaseFinalizer) {
+		return nil
+	}
+	updated := lease.DeepCopy()
+	updated.Finalizers = removeString(updated.Finalizers, fkv1.LeaseFinalizer)
+	if err := r.Client.Update(ctx, updated); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return err
+	}
+	return nil
+}
+
+func (r *LockReconciler) recordClaimTransition(ctx context.Context, c *fkv1.FencedLease, lease *coordinationv1.Lease, transition string) {
+	if transition == "" {
+		return
+	}
+	log.FromContext(ctx).Info("claim "+transition, "claim", c.Name, "holder", c.Spec.HolderIdentity,
+		"epoch", c.Status.Epoch, "phase", c.Status.Phase)
+	var related *coordinationv1.Lease
+	if lease != nil {
+		related = lease
+	}
+	switch transition {
+	case fkv1.ReasonGranted:
+		r.Recorder.Eventf(c, related, corev1.EventTypeNormal, transition, "Grant",
+			"Granted epoch %d of lock %s to %s", c.Status.Epoch, c.Spec.LockName, c.Spec.HolderIdentity)
+	case fkv1.ReasonQueued:
+		r.Recorder.Eventf(c, related, corev1.EventTypeNormal, transition, "Queue",
+			"Queued for lock %s", c.Spec.LockName)
+	case fkv1.ReasonExpired:
+		r.Recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Expire",
+			"Lease with epoch %d on lock %s expired: no renewal observed for %ds", c.Status.Epoch, c.Spec.LockName, c.LeaseDurationSeconds())
+	case fkv1.ReasonSuperseded:
+		r.Recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Supersede",
+			"Epoch %d on lock %s superseded: the Lease names another holder", c.Status.Epoch, c.Spec.LockName)
+	}
+}
+
+func removeString(list []string, s string) []string {
+	out := list[:0]
+	for _, x := range list {
+		if x != s {
+			out = append(out, x)
+		}
+	}
+	return out
+}

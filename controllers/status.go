@@ -1,0 +1,109 @@
+package controllers
+
+import (
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+// statusInputs is the lock's state after this reconcile's Lease write, from
+// which every claim's status follows.
+type statusInputs struct {
+	lease    *coordinationv1.Lease // nil while the lock is in conflict
+	ledger   ledger
+	conflict string // non-empty: why an unmanaged Lease blocks the lock
+	// expiredUID is the holder this reconcile expired (reason Expired rather
+	// than Superseded).
+	expiredUID string
+}
+
+// desiredStatus computes a claim's status. It only changes what a phase
+// transition changes, so a reconcile with nothing new writes nothing, and a
+// waiter's status is written when it enters the queue and when its phase
+// changes — not at every grant.
+func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus, string) {
+	st := *c.Status.DeepCopy()
+	st.ObservedGeneration = c.Generation
+	if st.Phase == fkv1.PhaseExpired {
+		return st, "" // terminal
+	}
+	lockName := c.Spec.LockName
+
+	switch {
+	case in.conflict == "" && c.UID == in.ledger.holderUID && in.lease != nil:
+		transition := ""
+		if st.Phase != fkv1.PhaseHeld {
+			transition = fkv1.ReasonGranted
+			if st.Epoch == 0 {
+				st.Epoch = in.ledger.epoch
+			}
+			st.Phase = fkv1.PhaseHeld
+			st.AcquireTime = microToTime(in.lease.Spec.AcquireTime)
+			st.RenewTime = microToTime(in.lease.Spec.RenewTime)
+			if st.RenewTime != nil {
+				t := metav1.NewTime(st.RenewTime.Add(c.LeaseDuration()))
+				st.ExpireTime = &t
+			}
+		}
+		st.LeaseName = lockName
+		setCondition(&st, fkv1.ConditionHeld, metav1.ConditionTrue, fkv1.ReasonGranted,
+			fmt.Sprintf("Holds lock %s with epoch %d", lockName, st.Epoch))
+		meta.RemoveStatusCondition(&st.Conditions, fkv1.ConditionLockConflict)
+		return st, transition
+
+	case st.Phase == fkv1.PhaseHeld && st.Epoch > in.ledger.epoch && in.conflict == "":
+		// The Lease we read is older than this claim's grant (a cache behind
+		// another controller's write): it proves nothing about this claim.
+		return st, ""
+
+	case st.Phase == fkv1.PhaseHeld || (in.ledger.previousUID != "" && c.UID == in.ledger.previousUID):
+		// It held the lock and the Lease, at or past its grant, no longer
+		// names it.
+		reason := fkv1.ReasonSuperseded
+		msg := fmt.Sprintf("Lost lock %s: the Lease names another holder", lockName)
+		if string(c.UID) == in.expiredUID || c.UID == in.ledger.previousUID {
+			reason = fkv1.ReasonExpired
+			msg = fmt.Sprintf("Lease on lock %s expired: no renewal observed for %ds", lockName, c.LeaseDurationSeconds())
+		}
+		st.Phase = fkv1.PhaseExpired
+		setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, reason, msg)
+		return st, reason
+
+	default:
+		transition := ""
+		if st.Phase == "" {
+			transition = fkv1.ReasonQueued
+		}
+		st.Phase = fkv1.PhasePending
+		st.LeaseName = lockName
+		if in.conflict != "" {
+			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonLockConflict, in.conflict)
+			setCondition(&st, fkv1.ConditionLockConflict, metav1.ConditionTrue, fkv1.ReasonLockConflict, in.conflict)
+		} else {
+			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonQueued,
+				fmt.Sprintf("Waiting in the queue of lock %s", lockName))
+			meta.RemoveStatusCondition(&st.Conditions, fkv1.ConditionLockConflict)
+		}
+		return st, transition
+	}
+}
+
+func setCondition(st *fkv1.FencedLeaseStatus, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: msg,
+		ObservedGeneration: st.ObservedGeneration,
+	})
+}
+
+func microToTime(t *metav1.MicroTime) *metav1.Time {
+	if t == nil {
+		return nil
+	}
+	out := metav1.NewTime(t.Truncate(time.Second))
+	return &out
+}

@@ -1,0 +1,305 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/controllers"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+var (
+	testEnv *envtest.Environment
+	cfg     *rest.Config
+	k8s     client.WithWatch
+	scheme  = runtime.NewScheme()
+)
+
+func TestControllers(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Lock controller suite")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(fkv1.AddToScheme(scheme))
+
+	var err error
+	testEnv, err = envtestutil.New()
+	Expect(err).NotTo(HaveOccurred())
+	cfg, err = testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// writeCounter counts the writes a manager sends to Leases and FencedLeases,
+// at the HTTP layer, the way the apiserver's request metrics would.
+type writeCounter struct {
+	leases, claims atomic.Int64
+}
+
+func (w *writeCounter) total() int64 { return w.leases.Load() + w.claims.Load() }
+
+type countingTransport struct {
+	next http.RoundTripper
+	w    *writeCounter
+}
+
+func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet {
+		switch {
+		case strings.Contains(req.URL.Path, "/fencedleases"):
+			t.w.claims.Add(1)
+		case strings.Contains(req.URL.Path, "/leases"):
+			t.w.leases.Add(1)
+		}
+	}
+	return t.next.RoundTrip(req)
+}
+
+// runningManager is one fencekeeper manager started in this process.
+type runningManager struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	writes *writeCounter
+	mgr    ctrl.Manager
+}
+
+func (m *runningManager) Stop() {
+	m.cancel()
+	Eventually(m.done, 30*time.Second).Should(BeClosed())
+}
+
+// startManager starts a manager without leader election, as a separate
+// replica would run: its own cache, clock and memory.
+func startManager(conflictRecheck time.Duration) *runningManager {
+	w := &writeCounter{}
+	mcfg := rest.CopyConfig(cfg)
+	mcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, w: w} }
+	mgr, err := ctrl.NewManager(mcfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  controllers.CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	Expect((&controllers.LockReconciler{
+		Client:          mgr.GetClient(),
+		APIReader:       mgr.GetAPIReader(),
+		Recorder:        mgr.GetEventRecorder("fencekeeper"),
+		ConflictRecheck: conflictRecheck,
+	}).SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: 4})).To(Succeed())
+	m := &runningManager{cancel: cancel, done: make(chan struct{}), writes: w, mgr: mgr}
+	go func() {
+		defer GinkgoRecover()
+		defer close(m.done)
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+	Expect(mgr.GetCache().WaitForCacheSync(ctx)).To(BeTrue())
+	return m
+}
+
+var nsCounter atomic.Int64
+
+func newNamespace() string {
+	ns := fmt.Sprintf("locks-%d-%d", time.Now().UnixNano()%100000, nsCounter.Add(1))
+	Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	return ns
+}
+
+func newClaim(ns, name, lock, holder string, ttl int32) *fkv1.FencedLease {
+	return &fkv1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       fkv1.FencedLeaseSpec{LockName: lock, HolderIdentity: holder, LeaseDurationSeconds: ptr.To(ttl)},
+	}
+}
+
+func createClaim(ns, name, lock, holder string, ttl int32) *fkv1.FencedLease {
+	c := newClaim(ns, name, lock, holder, ttl)
+	ExpectWithOffset(1, k8s.Create(context.Background(), c)).To(Succeed())
+	return c
+}
+
+func getClaim(ns, name string) *fkv1.FencedLease {
+	var c fkv1.FencedLease
+	ExpectWithOffset(1, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &c)).To(Succeed())
+	return &c
+}
+
+func getLease(ns, lock string) *coordinationv1.Lease {
+	var l coordinationv1.Lease
+	ExpectWithOffset(1, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: lock}, &l)).To(Succeed())
+	return &l
+}
+
+// eventuallyPhase waits until the claim has the phase and returns it.
+func eventuallyPhase(ns, name string, phase fkv1.FencedLeasePhase) *fkv1.FencedLease {
+	var c fkv1.FencedLease
+	EventuallyWithOffset(1, func() fkv1.FencedLeasePhase {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
+			return ""
+		}
+		return c.Status.Phase
+	}, 30*time.Second, 20*time.Millisecond).Should(Equal(phase), "claim %s/%s", ns, name)
+	return &c
+}
+
+func deleteClaim(c *fkv1.FencedLease) {
+	ExpectWithOffset(1, client.IgnoreNotFound(k8s.Delete(context.Background(), c,
+		client.Preconditions{UID: &c.UID}))).To(Succeed())
+}
+
+// renew advances the Lease's renewTime the way a holder does: guarded by
+// resourceVersion and only while the Lease names the holder's claim.
+func renew(ns, lock string, claimUID string) error {
+	l := getLease(ns, lock)
+	if l.Annotations[fkv1.AnnotationClaimUID] != claimUID {
+		return fmt.Errorf("lease names %q, not %q", l.Annotations[fkv1.AnnotationClaimUID], claimUID)
+	}
+	now := metav1.NewMicroTime(time.Now())
+	l.Spec.RenewTime = &now
+	return k8s.Update(context.Background(), l)
+}
+
+// history records every state of every claim and Lease in a namespace, as
+// delivered by watches, so tests check the sequence and not just the end.
+type history struct {
+	mu     sync.Mutex
+	claims []fkv1.FencedLease
+	leases []coordinationv1.Lease
+	stop   context.CancelFunc
+}
+
+func recordHistory(ns string) *history {
+	h := &history{}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stop = cancel
+	cw, err := k8s.Watch(ctx, &fkv1.FencedLeaseList{}, client.InNamespace(ns))
+	Expect(err).NotTo(HaveOccurred())
+	lw, err := k8s.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(ns))
+	Expect(err).NotTo(HaveOccurred())
+	go func() {
+		for ev := range cw.ResultChan() {
+			if c, ok := ev.Object.(*fkv1.FencedLease); ok {
+				h.mu.Lock()
+				h.claims = append(h.claims, *c.DeepCopy())
+				h.mu.Unlock()
+			}
+		}
+	}()
+	go func() {
+		for ev := range lw.ResultChan() {
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok {
+				h.mu.Lock()
+				h.leases = append(h.leases, *l.DeepCopy())
+				h.mu.Unlock()
+			}
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		cw.Stop()
+		lw.Stop()
+	}()
+	return h
+}
+
+// grants returns, per lock, the (epoch -> claim UID) pairs seen in claim
+// statuses, failing on any epoch held by two claims or any claim whose epoch
+// changed or whose phase went backward.
+func (h *history) verifyClaims() map[string]map[int64]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	byLock := map[string]map[int64]string{}
+	epochOf := map[string]int64{}
+	rank := map[fkv1.FencedLeasePhase]int{"": 0, fkv1.PhasePending: 1, fkv1.PhaseHeld: 2, fkv1.PhaseExpired: 3}
+	phaseOf := map[string]fkv1.FencedLeasePhase{}
+	for _, c := range h.claims {
+		uid := string(c.UID)
+		ExpectWithOffset(1, rank[c.Status.Phase]).To(BeNumerically(">=", rank[phaseOf[uid]]),
+			"claim %s moved back from %s to %s", c.Name, phaseOf[uid], c.Status.Phase)
+		phaseOf[uid] = c.Status.Phase
+		if c.Status.Epoch == 0 {
+			ExpectWithOffset(1, c.Status.Phase).NotTo(Equal(fkv1.PhaseHeld), "claim %s Held without an epoch", c.Name)
+			continue
+		}
+		if prev, ok := epochOf[uid]; ok {
+			ExpectWithOffset(1, c.Status.Epoch).To(Equal(prev), "claim %s changed epoch", c.Name)
+		}
+		epochOf[uid] = c.Status.Epoch
+		if byLock[c.Spec.LockName] == nil {
+			byLock[c.Spec.LockName] = map[int64]string{}
+		}
+		if other, ok := byLock[c.Spec.LockName][c.Status.Epoch]; ok {
+			ExpectWithOffset(1, other).To(Equal(uid), "epoch %d of lock %s granted to two claims", c.Status.Epoch, c.Spec.LockName)
+		}
+		byLock[c.Spec.LockName][c.Status.Epoch] = uid
+	}
+	return byLock
+}
+
+// verifyLeases checks the Lease history: per lock the epoch never moves
+// backward, and each epoch names at most one claim. Returns the epochs in
+// grant order per lock.
+func (h *history) verifyLeases() map[string][]int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	last := map[string]int64{}
+	holderOf := map[string]map[int64]string{}
+	order := map[string][]int64{}
+	for _, l := range h.leases {
+		var e int64
+		_, _ = fmt.Sscan(l.Annotations[fkv1.AnnotationEpoch], &e)
+		ExpectWithOffset(1, e).To(BeNumerically(">=", last[l.Name]), "lock %s epoch moved back from %d to %d", l.Name, last[l.Name], e)
+		if e > last[l.Name] {
+			order[l.Name] = append(order[l.Name], e)
+		}
+		last[l.Name] = e
+		uid := l.Annotations[fkv1.AnnotationClaimUID]
+		if uid == "" {
+			continue
+		}
+		if holderOf[l.Name] == nil {
+			holderOf[l.Name] = map[int64]string{}
+		}
+		if prev, ok := holderOf[l.Name][e]; ok {
+			ExpectWithOffset(1, prev).To(Equal(uid), "lock %s epoch %d named two claims", l.Name, e)
+		}
+		holderOf[l.Name][e] = uid
+	}
+	return order
+}

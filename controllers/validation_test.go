@@ -1,0 +1,47 @@
+package controllers_test
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/utils/ptr"
+)
+
+var _ = Describe("FencedLease validation by the apiserver", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	DescribeTable("rejects invalid specs with a clear message",
+		func(lock, holder string, ttl *int32, want string) {
+			c := newClaim(ns, "bad", lock, holder, 1)
+			c.Spec.LeaseDurationSeconds = ttl
+			err := k8s.Create(ctx, c)
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(want))
+		},
+		Entry("lockName not DNS-1123", "Bad_Name", "W1", nil, "spec.lockName"),
+		Entry("lockName too long for a label value", string(make([]byte, 0))+"a23456789012345678901234567890123456789012345678901234567890abcd", "W1", nil, "spec.lockName"),
+		Entry("empty holder", "report", "", nil, "spec.holderIdentity"),
+		Entry("TTL 0", "report", "W1", ptr.To(int32(0)), "spec.leaseDurationSeconds"),
+		Entry("TTL 10^6", "report", "W1", ptr.To(int32(1000000)), "spec.leaseDurationSeconds"),
+	)
+
+	It("defaults the TTL to 15 seconds", func() {
+		c := newClaim(ns, "ok", "report", "W1", 1)
+		c.Spec.LeaseDurationSeconds = nil
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		Expect(*getClaim(ns, "ok").Spec.LeaseDurationSeconds).To(Equal(int32(15)))
+	})
+
+	It("keeps lockName and holderIdentity immutable", func() {
+		c := createClaim(ns, "imm", "report", "W1", 30)
+		c.Spec.LockName = "other"
+		err := k8s.Update(ctx, c)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("lockName is immutable"))
+		c = getClaim(ns, "imm")
+		c.Spec.HolderIdentity = "W2"
+		err = k8s.Update(ctx, c)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("holderIdentity is immutable"))
+	})
+})
