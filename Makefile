@@ -72,7 +72,8 @@ test: tools verify-gen vet ## Every test, against a real kube-apiserver and etcd
 
 .PHONY: run
 run: tools build manifests ## Local control plane + CRD + manager in the foreground; Ctrl-C stops all.
-	$(GO) run ./hack/devcluster --dir .dev --manager $(BIN)/manager
+	$(GO) build -o $(BIN)/devcluster ./hack/devcluster
+	exec $(BIN)/devcluster --dir .dev --manager $(BIN)/manager
 
 .PHONY: dev-up
 dev-up: tools build manifests ## The same in the background; kubeconfig at .dev/kubeconfig.

@@ -43,6 +43,7 @@ type LockReconciler struct {
 	ConflictRecheck time.Duration
 
 	tracker *renewalTracker
+	expect  *writeExpectations
 }
 
 // +kubebuilder:rbac:groups=fencekeeper.io,resources=fencedleases,verbs=get;list;watch
@@ -76,6 +77,10 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, r.releaseFinalizer(ctx, lease)
 	}
 
+	if r.cacheBehindOwnWrites(lease, claims) {
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+
 	led := readLedger(lease, lock.Name)
 	if claims, err = r.confirmHolder(ctx, lock, led, claims); err != nil {
 		return ctrl.Result{}, err
@@ -100,6 +105,7 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			return ctrl.Result{}, fmt.Errorf("writing Lease %s: %w", lock, err)
 		}
 		r.recordLeaseWrite(ctx, lock, lease, led, d)
+		r.expect.wrote(written.UID, written.ResourceVersion)
 		lease = written
 	}
 
@@ -111,6 +117,20 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: d.requeueAfter}, nil
+}
+
+// cacheBehindOwnWrites reports whether the cache has not yet seen a write
+// this process made to the Lease or a claim.
+func (r *LockReconciler) cacheBehindOwnWrites(lease *coordinationv1.Lease, claims []*fkv1.FencedLease) bool {
+	if lease != nil && r.expect.stale(lease.UID, lease.ResourceVersion) {
+		return true
+	}
+	for _, c := range claims {
+		if r.expect.stale(c.UID, c.ResourceVersion) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *LockReconciler) listClaims(ctx context.Context, lock types.NamespacedName) ([]*fkv1.FencedLease, error) {
@@ -215,6 +235,7 @@ func (r *LockReconciler) syncStatuses(ctx context.Context, claims []*fkv1.Fenced
 			}
 			return fmt.Errorf("patching status of claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
+		r.expect.wrote(c.UID, c.ResourceVersion)
 		r.recordClaimTransition(ctx, c, in.lease, transition)
 	}
 	return nil

@@ -409,7 +409,7 @@ var _ = Describe("Lock controller", func() {
 		By("removing the finalizer by hand")
 		l.Finalizers = nil
 		Expect(k8s.Update(ctx, l)).To(Succeed())
-		Eventually(func() string { return getLease(ns, "deleted").Annotations[fkv1.AnnotationEpoch] }, 10*time.Second).Should(Equal("2"))
+		Eventually(func() string { return leaseAnnotation(ns, "deleted", fkv1.AnnotationEpoch) }, 10*time.Second).Should(Equal("2"))
 
 		c3 := createClaim(ns, "c3", "deleted", "W3", 30)
 		Expect(eventuallyPhase(ns, c3.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(int64(3)))
@@ -436,4 +436,13 @@ func eventuallyPhaseWithin(ns, name string, phase fkv1.FencedLeasePhase, d time.
 		}
 		return c.Status.Phase
 	}, d, 20*time.Millisecond).Should(Equal(phase), "claim %s/%s", ns, name)
+}
+
+// leaseAnnotation reads one annotation of a Lease, "" when it does not exist.
+func leaseAnnotation(ns, lock, key string) string {
+	var l coordinationv1.Lease
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: lock}, &l); err != nil {
+		return ""
+	}
+	return l.Annotations[key]
 }

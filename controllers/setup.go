@@ -36,6 +36,7 @@ func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager,
 		r.Clock = clock.RealClock{}
 	}
 	r.tracker = newRenewalTracker(r.Clock)
+	r.expect = newWriteExpectations()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &fkv1.FencedLease{}, IndexLockName, func(o client.Object) []string {
 		return []string{o.(*fkv1.FencedLease).Spec.LockName}
 	}); err != nil {

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Starts the local control plane and the manager in the background (make dev-up).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEV="${ROOT}/.dev"
+mkdir -p "${DEV}"
+
+if [[ -f "${DEV}/devcluster.pid" ]] && kill -0 "$(cat "${DEV}/devcluster.pid")" 2>/dev/null; then
+	echo "dev-up: already running (pid $(cat "${DEV}/devcluster.pid")); 'make dev-down' stops it"
+	exit 0
+fi
+go build -o "${ROOT}/bin/devcluster" "${ROOT}/hack/devcluster"
+rm -f "${DEV}/ready"
+# A session of its own, so dev-down can stop the whole process group.
+setsid "${ROOT}/bin/devcluster" --dir "${DEV}" --manager "${ROOT}/bin/manager" >"${DEV}/devcluster.log" 2>&1 </dev/null &
+pid=$!
+echo "${pid}" >"${DEV}/devcluster.pid"
+for _ in $(seq 1 240); do
+	if [[ -f "${DEV}/ready" ]]; then
+		echo "dev-up: control plane and manager running (pid ${pid}); log: .dev/devcluster.log"
+		echo "    export KUBECONFIG=${DEV}/kubeconfig"
+		exit 0
+	fi
+	if ! kill -0 "${pid}" 2>/dev/null; then
+		echo "dev-up: failed; the last lines of .dev/devcluster.log:" >&2
+		tail -n 20 "${DEV}/devcluster.log" >&2
+		rm -f "${DEV}/devcluster.pid"
+		exit 1
+	fi
+	sleep 0.5
+done
+echo "dev-up: not ready after 120s; see .dev/devcluster.log" >&2
+exit 1

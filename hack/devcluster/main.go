@@ -1,0 +1,214 @@
+// Command devcluster runs fencekeeper's local control plane for `make run`
+// and `make dev-up`: etcd and kube-apiserver from bin/ (via envtest, on
+// loopback), the CRDs from config/crd, an admin kubeconfig in the state
+// directory, and optionally bin/manager as a child process. SIGINT or SIGTERM
+// stops everything it started.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+type options struct {
+	dir, manager          string
+	apiPort               int
+	metricsAddr, probeAdr string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.dir, "dir", ".dev", "State directory: kubeconfig, logs, ready marker.")
+	flag.StringVar(&o.manager, "manager", "", "Path of bin/manager to run against the control plane (empty: control plane only).")
+	flag.IntVar(&o.apiPort, "apiserver-port", envInt("APISERVER_PORT", 16443), "kube-apiserver port on 127.0.0.1 (env APISERVER_PORT).")
+	flag.StringVar(&o.metricsAddr, "manager-metrics-address", envStr("MANAGER_METRICS_ADDRESS", "127.0.0.1:18080"), "Manager metrics address (env MANAGER_METRICS_ADDRESS).")
+	flag.StringVar(&o.probeAdr, "manager-probe-address", envStr("MANAGER_PROBE_ADDRESS", "127.0.0.1:18081"), "Manager health probe address (env MANAGER_PROBE_ADDRESS).")
+	flag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintf(os.Stderr, "devcluster: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		return err
+	}
+	dir, _ := filepath.Abs(o.dir)
+	_ = os.Remove(filepath.Join(dir, "ready"))
+	if err := portsFree(o); err != nil {
+		return err
+	}
+
+	env, err := envtestutil.New()
+	if err != nil {
+		return err
+	}
+	api := env.ControlPlane.GetAPIServer()
+	api.SecureServing.Address = "127.0.0.1"
+	api.SecureServing.Port = strconv.Itoa(o.apiPort)
+	fmt.Printf(">> starting etcd and kube-apiserver (127.0.0.1:%d) from %s\n", o.apiPort, envtestutil.BinDir())
+	if _, err := env.Start(); err != nil {
+		return fmt.Errorf("starting the control plane: %w", err)
+	}
+	defer func() {
+		fmt.Println(">> stopping the control plane")
+		if err := env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "devcluster: stopping the control plane: %v\n", err)
+		}
+	}()
+
+	kubeconfig, err := writeKubeconfig(env, dir, "kubeconfig", envtest.User{Name: "admin", Groups: []string{"system:masters"}})
+	if err != nil {
+		return err
+	}
+	fmt.Printf(">> CRDs installed from config/crd; admin kubeconfig: %s\n", kubeconfig)
+
+	var managerDone chan error
+	if o.manager != "" {
+		mkc, err := writeKubeconfig(env, dir, "manager.kubeconfig", envtest.User{Name: "fencekeeper-manager", Groups: []string{"system:masters"}})
+		if err != nil {
+			return err
+		}
+		cmd, err := startManager(o, mkc)
+		if err != nil {
+			return err
+		}
+		managerDone = make(chan error, 1)
+		go func() { managerDone <- cmd.Wait() }()
+		defer stopProcess(cmd, managerDone)
+		if err := waitReady(ctx, "http://"+o.probeAdr+"/readyz", managerDone); err != nil {
+			return err
+		}
+		fmt.Printf(">> manager running (pid %d; metrics http://%s/metrics)\n", cmd.Process.Pid, o.metricsAddr)
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "ready"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf(`
+fencekeeper's local control plane is up. In another shell:
+
+    export KUBECONFIG=%s
+    kubectl get fencedleases -A      # bin/kubectl is v1.37.2
+
+Press Ctrl-C (or run 'make dev-down' for dev-up) to stop everything.
+`, kubeconfig)
+
+	select {
+	case <-ctx.Done():
+		fmt.Println("\n>> shutting down")
+		return nil
+	case err := <-managerDone:
+		managerDone <- err // for the deferred stopProcess
+		return fmt.Errorf("the manager exited: %v", err)
+	}
+}
+
+func writeKubeconfig(env *envtest.Environment, dir, name string, u envtest.User) (string, error) {
+	user, err := env.AddUser(u, nil)
+	if err != nil {
+		return "", fmt.Errorf("provisioning user %s: %w", u.Name, err)
+	}
+	b, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name)
+	return path, os.WriteFile(path, b, 0o600)
+}
+
+func startManager(o options, kubeconfig string) (*exec.Cmd, error) {
+	cmd := exec.Command(o.manager, "--kubeconfig", kubeconfig,
+		"--metrics-bind-address", o.metricsAddr, "--health-probe-bind-address", o.probeAdr)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	// The manager dies with us even if we are killed without a chance to
+	// stop it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w (run 'make build')", o.manager, err)
+	}
+	return cmd, nil
+}
+
+func stopProcess(cmd *exec.Cmd, done chan error) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+func waitReady(ctx context.Context, url string, exited chan error) error {
+	deadline := time.After(60 * time.Second)
+	for {
+		if resp, err := http.Get(url); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("the manager exited before becoming ready: %v", err)
+		case <-deadline:
+			return errors.New("the manager did not become ready within 60s (see its log above)")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// portsFree fails with the fix when a fixed port is taken.
+func portsFree(o options) error {
+	addrs := map[string]string{fmt.Sprintf("127.0.0.1:%d", o.apiPort): "APISERVER_PORT"}
+	if o.manager != "" {
+		addrs[o.metricsAddr] = "MANAGER_METRICS_ADDRESS"
+		addrs[o.probeAdr] = "MANAGER_PROBE_ADDRESS"
+	}
+	for addr, env := range addrs {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("%s is already in use (is another 'make run' or 'make dev-up' running? "+
+				"'make dev-down' stops the background one; or set %s to another address): %v", addr, env, err)
+		}
+		_ = l.Close()
+	}
+	return nil
+}
+
+func envStr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(k string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
+		return v
+	}
+	return def
+}
