@@ -57,6 +57,10 @@ build: ## Build bin/manager.
 vet:
 	$(GO) vet ./...
 
+.PHONY: fmt-check
+fmt-check: ## Fail when a Go file is not gofmt-formatted.
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+
 .PHONY: lint
 lint: ## Run golangci-lint with .golangci.yml.
 	@hack/build-tool.sh golangci-lint
@@ -65,7 +69,7 @@ lint: ## Run golangci-lint with .golangci.yml.
 ##@ Test
 
 .PHONY: test
-test: tools verify-gen vet ## Every test, against a real kube-apiserver and etcd built into bin/.
+test: tools verify-gen fmt-check vet ## Every test, against a real kube-apiserver and etcd built into bin/.
 	$(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./... $(if $(GINKGO_FLAGS),-args $(GINKGO_FLAGS),)
 
 ##@ Local control plane

@@ -66,8 +66,6 @@ func (t *renewalTracker) floor(lock types.NamespacedName) int64 {
 
 func (t *renewalTracker) now() time.Time { return t.clock.Now() }
 
-func (t *renewalTracker) since(at time.Time) time.Duration { return t.clock.Since(at) }
-
 func (t *renewalTracker) memory(lock types.NamespacedName) *lockMemory {
 	m, ok := t.locks[lock]
 	if !ok {

@@ -126,7 +126,3 @@ type FencedLeaseList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []FencedLease `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&FencedLease{}, &FencedLeaseList{})
-}

@@ -63,8 +63,8 @@ func run(o options) error {
 		return err
 	}
 	api := env.ControlPlane.GetAPIServer()
-	api.SecureServing.Address = "127.0.0.1"
-	api.SecureServing.Port = strconv.Itoa(o.apiPort)
+	api.Address = "127.0.0.1"
+	api.Port = strconv.Itoa(o.apiPort)
 	fmt.Printf(">> starting etcd and kube-apiserver (127.0.0.1:%d) from %s\n", o.apiPort, envtestutil.BinDir())
 	if _, err := env.Start(); err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
@@ -119,7 +119,7 @@ Press Ctrl-C (or run 'make dev-down' for dev-up) to stop everything.
 		return nil
 	case err := <-managerDone:
 		managerDone <- err // for the deferred stopProcess
-		return fmt.Errorf("the manager exited: %v", err)
+		return fmt.Errorf("the manager exited: %w", err)
 	}
 }
 
@@ -152,10 +152,17 @@ func startManager(o options, kubeconfig string) (*exec.Cmd, error) {
 func stopProcess(cmd *exec.Cmd, done chan error) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-done:
+	case err := <-done:
+		reportExit(err)
 	case <-time.After(15 * time.Second):
 		_ = cmd.Process.Kill()
-		<-done
+		reportExit(<-done)
+	}
+}
+
+func reportExit(err error) {
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "devcluster: the manager exited: %v\n", err)
 	}
 }
 
@@ -171,7 +178,7 @@ func waitReady(ctx context.Context, url string, exited chan error) error {
 		select {
 		case err := <-exited:
 			exited <- err
-			return fmt.Errorf("the manager exited before becoming ready: %v", err)
+			return fmt.Errorf("the manager exited before becoming ready: %w", err)
 		case <-deadline:
 			return errors.New("the manager did not become ready within 60s (see its log above)")
 		case <-ctx.Done():
