@@ -70,7 +70,11 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if conflict != "" {
 		return r.reconcileConflict(ctx, claims, conflict)
 	}
-	if lease == nil && len(claims) == 0 {
+	if len(claims) == 0 && (lease == nil || lease.Annotations[fkv1.AnnotationClaimUID] == "") {
+		// An idle lock: nothing to grant, nothing to repair until a claim comes.
+		if lease != nil && lease.DeletionTimestamp != nil {
+			return ctrl.Result{}, r.releaseFinalizer(ctx, lease)
+		}
 		return ctrl.Result{}, nil
 	}
 	if lease != nil && lease.DeletionTimestamp != nil && len(claims) == 0 {

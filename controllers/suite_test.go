@@ -15,21 +15,15 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
-	"github.com/fencekeeper/fencekeeper/controllers"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
 
@@ -37,7 +31,7 @@ var (
 	testEnv *envtest.Environment
 	cfg     *rest.Config
 	k8s     client.WithWatch
-	scheme  = runtime.NewScheme()
+	scheme  = envtestutil.Scheme()
 )
 
 func TestControllers(t *testing.T) {
@@ -47,9 +41,6 @@ func TestControllers(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(fkv1.AddToScheme(scheme))
-
 	var err error
 	testEnv, err = envtestutil.New()
 	Expect(err).NotTo(HaveOccurred())
@@ -90,47 +81,28 @@ func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	return t.next.RoundTrip(req)
 }
 
-// runningManager is one fencekeeper manager started in this process.
+// runningManager is one fencekeeper manager started in this process, with
+// a counter of the writes it sends.
 type runningManager struct {
-	cancel context.CancelFunc
-	done   chan struct{}
+	*envtestutil.Manager
 	writes *writeCounter
 	mgr    ctrl.Manager
 }
 
 func (m *runningManager) Stop() {
-	m.cancel()
-	Eventually(m.done, 30*time.Second).Should(BeClosed())
+	ExpectWithOffset(1, m.Manager.Stop()).To(Succeed())
 }
 
 // startManager starts a manager without leader election, as a separate
 // replica would run: its own cache, clock and memory.
 func startManager(conflictRecheck time.Duration) *runningManager {
 	w := &writeCounter{}
-	mcfg := rest.CopyConfig(cfg)
-	mcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, w: w} }
-	mgr, err := ctrl.NewManager(mcfg, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  controllers.CacheOptions(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	Expect((&controllers.LockReconciler{
-		Client:          mgr.GetClient(),
-		APIReader:       mgr.GetAPIReader(),
-		Recorder:        mgr.GetEventRecorder("fencekeeper"),
+	m, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{
+		WrapTransport:   func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, w: w} },
 		ConflictRecheck: conflictRecheck,
-	}).SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: 4})).To(Succeed())
-	m := &runningManager{cancel: cancel, done: make(chan struct{}), writes: w, mgr: mgr}
-	go func() {
-		defer GinkgoRecover()
-		defer close(m.done)
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
-	Expect(mgr.GetCache().WaitForCacheSync(ctx)).To(BeTrue())
-	return m
+	})
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return &runningManager{Manager: m, writes: w, mgr: m.Mgr}
 }
 
 var nsCounter atomic.Int64

@@ -1,5 +1,5 @@
-// Command manager runs fencekeeper's controllers: the lease authority that
-// grants FencedLeases and issues epochs.
+// Command manager runs fencekeeper's lease authority (the controller that
+// grants FencedLeases and issues epochs) and the fencing admission webhook.
 package main
 
 import (
@@ -16,9 +16,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/controllers"
+	fencingwebhook "github.com/fencekeeper/fencekeeper/webhook"
 )
 
 var scheme = runtime.NewScheme()
@@ -35,6 +37,9 @@ func main() {
 		leaderElect            bool
 		leaderElectNamespace   string
 		concurrency            int
+		webhookPort            int
+		webhookCertDir         string
+		enableWebhook          bool
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
@@ -43,6 +48,10 @@ func main() {
 	flag.StringVar(&leaderElectNamespace, "leader-election-namespace", "",
 		"Namespace of the leader-election Lease (default: the pod's namespace, required out of cluster).")
 	flag.IntVar(&concurrency, "lock-concurrency", 4, "Locks reconciled in parallel.")
+	flag.BoolVar(&enableWebhook, "enable-fencing-webhook", true, "Serve the fencing admission webhook.")
+	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the webhook server listens on.")
+	flag.StringVar(&webhookCertDir, "webhook-cert-dir", "",
+		"Directory with the webhook serving certificate (tls.crt, tls.key); default: controller-runtime's <tmp>/k8s-webhook-server/serving-certs.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	// --kubeconfig is registered by controller-runtime's config package.
@@ -65,6 +74,7 @@ func main() {
 		LeaderElectionNamespace: leaderElectNamespace,
 		// Losing leadership ends the process; a new term starts clean.
 		LeaderElectionReleaseOnCancel: true,
+		WebhookServer:                 webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir}),
 	})
 	if err != nil {
 		log.Error(err, "unable to create manager")
@@ -78,6 +88,13 @@ func main() {
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: concurrency}); err != nil {
 		log.Error(err, "unable to set up the lock controller")
 		os.Exit(1)
+	}
+	if enableWebhook {
+		fencingwebhook.SetupWithManager(mgr)
+		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+			log.Error(err, "unable to add webhook ready check")
+			os.Exit(1)
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "unable to add health check")

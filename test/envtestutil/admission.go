@@ -1,0 +1,135 @@
+package envtestutil
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/webhook"
+)
+
+// ManagerNamespace is where the manager runs and the lease-guard parameter lives.
+const ManagerNamespace = "fencekeeper-system"
+
+// ManagerUser is the identity the manager uses against a local control plane.
+const ManagerUser = "fencekeeper-manager"
+
+// WithFencingWebhook registers the fencing webhook for the guarded resources
+// with the environment; on Start, envtest generates a CA and serving
+// certificate (in WebhookInstallOptions.LocalServingCertDir) and points the
+// configuration at LocalServingHost:LocalServingPort.
+func WithFencingWebhook(env *envtest.Environment, guarded []string) error {
+	g, err := webhook.ParseGuardedResources(guarded)
+	if err != nil {
+		return err
+	}
+	cfg := webhook.FencingWebhookConfiguration(webhook.ConfigOptions{
+		Guarded: g,
+		// envtest turns a service reference into https://host:port/<path>.
+		ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+			Name: "local", Namespace: ManagerNamespace, Path: ptr.To(webhook.FencingPath[1:]),
+		}},
+		ExcludedNamespaces: []string{"kube-system", ManagerNamespace},
+	})
+	env.WebhookInstallOptions.ValidatingWebhooks = append(env.WebhookInstallOptions.ValidatingWebhooks, cfg)
+	env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
+	return nil
+}
+
+// InstallLeaseGuard creates the manager namespace, the lease guard's
+// parameter naming managerUser, and the ValidatingAdmissionPolicy and binding
+// from config/policy, then waits until the policy is enforced. managerCfg is
+// the manager's identity (it removes the probe the wait uses).
+func InstallLeaseGuard(ctx context.Context, cfg, managerCfg *rest.Config, managerUser string) error {
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	mc, err := client.New(managerCfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ManagerNamespace}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	params := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-lease-guard-params", Namespace: ManagerNamespace},
+		Data:       map[string]string{"managerUsername": managerUser},
+	}
+	if err := c.Create(ctx, params); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	if err := applyFile(ctx, c, filepath.Join(RepoRoot(), "config", "policy", "managed-lease-guard.yaml")); err != nil {
+		return err
+	}
+	return waitForPolicy(ctx, c, mc)
+}
+
+// waitForPolicy waits until the apiserver enforces the policy. Its status is
+// written by kube-controller-manager, which a local control plane does not
+// run, so it probes instead: a dry-run delete of a managed Lease by a user
+// who is not the manager must be refused. The probe Lease is then deleted by
+// the manager's identity.
+func waitForPolicy(ctx context.Context, admin, manager client.Client) error {
+	probe := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+		Namespace: ManagerNamespace, Name: "fencekeeper-policy-probe",
+		Labels: map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue},
+	}}
+	if err := admin.Create(ctx, probe); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := admin.Delete(ctx, probe, client.DryRunAll)
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the lease guard policy is not enforced after 30s (probe delete: %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return client.IgnoreNotFound(manager.Delete(ctx, probe))
+}
+
+func applyFile(ctx context.Context, c client.Client, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := c.Create(ctx, &u); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: creating %s %s: %w", path, u.GetKind(), u.GetName(), err)
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package envtestutil
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/controllers"
+	"github.com/fencekeeper/fencekeeper/webhook"
+)
+
+// Scheme knows the built-in kinds and fencekeeper's.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(fkv1.AddToScheme(s))
+	return s
+}
+
+// ManagerOptions configure an in-process manager.
+type ManagerOptions struct {
+	// WrapTransport wraps the manager's HTTP transport (to count its writes).
+	WrapTransport func(http.RoundTripper) http.RoundTripper
+	// ConflictRecheck for the lock controller (0: its default).
+	ConflictRecheck time.Duration
+	// Webhook, when set, serves the fencing webhook where envtest registered it.
+	Webhook *envtest.WebhookInstallOptions
+}
+
+// Manager is one fencekeeper manager running in the test process, the way a
+// separate replica would run: its own cache, clock and memory, no leader
+// election.
+type Manager struct {
+	Mgr    ctrl.Manager
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// StartManager starts a manager and waits for its caches (and webhook server).
+func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
+	mcfg := rest.CopyConfig(cfg)
+	if o.WrapTransport != nil {
+		mcfg.WrapTransport = o.WrapTransport
+	}
+	opts := ctrl.Options{
+		Scheme:                 Scheme(),
+		Cache:                  controllers.CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	}
+	if o.Webhook != nil {
+		opts.WebhookServer = crwebhook.NewServer(crwebhook.Options{
+			Host: o.Webhook.LocalServingHost, Port: o.Webhook.LocalServingPort, CertDir: o.Webhook.LocalServingCertDir,
+		})
+	}
+	mgr, err := ctrl.NewManager(mcfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := (&controllers.LockReconciler{
+		Client:          mgr.GetClient(),
+		APIReader:       mgr.GetAPIReader(),
+		Recorder:        mgr.GetEventRecorder("fencekeeper"),
+		ConflictRecheck: o.ConflictRecheck,
+	}).SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: 4}); err != nil {
+		cancel()
+		return nil, err
+	}
+	if o.Webhook != nil {
+		webhook.SetupWithManager(mgr)
+	}
+	m := &Manager{Mgr: mgr, cancel: cancel, done: make(chan error, 1)}
+	go func() { m.done <- mgr.Start(ctx) }()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		m.Stop()
+		return nil, fmt.Errorf("manager caches did not sync")
+	}
+	if o.Webhook != nil {
+		deadline := time.Now().Add(30 * time.Second)
+		for mgr.GetWebhookServer().StartedChecker()(nil) != nil {
+			if time.Now().After(deadline) {
+				m.Stop()
+				return nil, fmt.Errorf("webhook server did not start")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return m, nil
+}
+
+// Stop stops the manager and waits for it to finish; it returns the error
+// the manager stopped with.
+func (m *Manager) Stop() error {
+	m.cancel()
+	select {
+	case err := <-m.done:
+		return err
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("manager did not stop within 30s")
+	}
+}

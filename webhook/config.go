@@ -1,0 +1,119 @@
+package webhook
+
+import (
+	"fmt"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+// FencingWebhookName is the name of the webhook and of its configuration.
+const FencingWebhookName = "fenced.fencekeeper.io"
+
+// DefaultGuardedResources are fenced when nothing else is configured.
+var DefaultGuardedResources = []string{"configmaps"}
+
+// GuardedResource is one kind of object the webhook guards.
+type GuardedResource struct {
+	Group, Version, Resource string
+}
+
+// ParseGuardedResource parses "configmaps" (the core group, v1) or
+// "RESOURCE.GROUP[/VERSION]" such as "reports.reports.example.com/v1"
+// (all versions when VERSION is omitted).
+func ParseGuardedResource(s string) (GuardedResource, error) {
+	s = strings.TrimSpace(s)
+	name, version, _ := strings.Cut(s, "/")
+	resource, group, _ := strings.Cut(name, ".")
+	if resource == "" || strings.ContainsAny(s, " *,") {
+		return GuardedResource{}, fmt.Errorf("invalid guarded resource %q: want RESOURCE[.GROUP][/VERSION], e.g. configmaps or reports.reports.example.com/v1", s)
+	}
+	if strings.Contains(resource, "/") {
+		return GuardedResource{}, fmt.Errorf("invalid guarded resource %q: subresources are not fenced", s)
+	}
+	if version == "" {
+		version = "*"
+		if group == "" {
+			version = "v1"
+		}
+	}
+	return GuardedResource{Group: group, Version: version, Resource: resource}, nil
+}
+
+// ParseGuardedResources parses a list, failing on the first bad entry.
+func ParseGuardedResources(list []string) ([]GuardedResource, error) {
+	out := make([]GuardedResource, 0, len(list))
+	for _, s := range list {
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
+		g, err := ParseGuardedResource(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no guarded resources given")
+	}
+	return out, nil
+}
+
+// ConfigOptions shape the webhook configuration.
+type ConfigOptions struct {
+	Guarded []GuardedResource
+	// ClientConfig points at the webhook server (service or URL, and CA bundle).
+	ClientConfig admissionregistrationv1.WebhookClientConfig
+	// ExcludedNamespaces are never sent to the webhook (kube-system and the
+	// manager's own namespace).
+	ExcludedNamespaces []string
+	TimeoutSeconds     int32
+}
+
+// FencingWebhookConfiguration builds the ValidatingWebhookConfiguration:
+// only objects carrying the fencekeeper.io/lock label are sent (so unfenced
+// objects never depend on the webhook), failing closed for those.
+func FencingWebhookConfiguration(o ConfigOptions) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	timeout := o.TimeoutSeconds
+	if timeout == 0 {
+		timeout = 5
+	}
+	var rules []admissionregistrationv1.RuleWithOperations
+	for _, g := range o.Guarded {
+		rules = append(rules, admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+			Rule: admissionregistrationv1.Rule{
+				APIGroups: []string{g.Group}, APIVersions: []string{g.Version}, Resources: []string{g.Resource},
+				Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+			},
+		})
+	}
+	cc := o.ClientConfig
+	if cc.Service != nil && cc.Service.Path == nil {
+		cc.Service.Path = ptr.To(FencingPath)
+	}
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-fencing", Labels: map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue}},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    FencingWebhookName,
+			ClientConfig:            cc,
+			Rules:                   rules,
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(timeout),
+			AdmissionReviewVersions: []string{"v1"},
+			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: fkv1.LabelLock, Operator: metav1.LabelSelectorOpExists,
+			}}},
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: o.ExcludedNamespaces,
+			}}},
+		}},
+	}
+}

@@ -1,0 +1,133 @@
+package webhook_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+var (
+	ctx        = context.Background()
+	testEnv    *envtest.Environment
+	adminCfg   *rest.Config
+	managerCfg *rest.Config
+	k8s        client.WithWatch // an admin who is not the manager
+	asManager  client.Client
+)
+
+func TestAdmission(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Fencing admission suite")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	var err error
+	testEnv, err = envtestutil.New()
+	Expect(err).NotTo(HaveOccurred())
+	testEnv.CRDDirectoryPaths = append(testEnv.CRDDirectoryPaths, filepath.Join(envtestutil.RepoRoot(), "test", "crds"))
+	Expect(envtestutil.WithFencingWebhook(testEnv, []string{"configmaps", "reports.reports.example.com/v1"})).To(Succeed())
+	adminCfg, err = testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	mu, err := testEnv.AddUser(envtest.User{Name: envtestutil.ManagerUser, Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	managerCfg = mu.Config()
+	Expect(envtestutil.InstallLeaseGuard(ctx, adminCfg, managerCfg, envtestutil.ManagerUser)).To(Succeed())
+	k8s, err = client.NewWithWatch(adminCfg, client.Options{Scheme: envtestutil.Scheme()})
+	Expect(err).NotTo(HaveOccurred())
+	asManager, err = client.New(managerCfg, client.Options{Scheme: envtestutil.Scheme()})
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+func startManager() *envtestutil.Manager {
+	m, err := envtestutil.StartManager(managerCfg, envtestutil.ManagerOptions{Webhook: &testEnv.WebhookInstallOptions})
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return m
+}
+
+var nsCounter atomic.Int64
+
+func newNamespace() string {
+	ns := fmt.Sprintf("fenced-%d-%d", time.Now().UnixNano()%100000, nsCounter.Add(1))
+	ExpectWithOffset(1, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	return ns
+}
+
+// acquire creates a claim and waits until it holds; returns it with its epoch.
+func acquire(ns, name, lock, holder string, ttl int32) *fkv1.FencedLease {
+	c := &fkv1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       fkv1.FencedLeaseSpec{LockName: lock, HolderIdentity: holder, LeaseDurationSeconds: ptr.To(ttl)},
+	}
+	ExpectWithOffset(1, k8s.Create(ctx, c)).To(Succeed())
+	return waitPhase(c, fkv1.PhaseHeld)
+}
+
+func waitPhase(c *fkv1.FencedLease, phase fkv1.FencedLeasePhase) *fkv1.FencedLease {
+	var got fkv1.FencedLease
+	EventuallyWithOffset(2, func() fkv1.FencedLeasePhase {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), &got); err != nil {
+			return ""
+		}
+		return got.Status.Phase
+	}, 30*time.Second, 20*time.Millisecond).Should(Equal(phase))
+	return &got
+}
+
+func release(c *fkv1.FencedLease) {
+	ExpectWithOffset(1, k8s.Delete(ctx, c, client.Preconditions{UID: &c.UID})).To(Succeed())
+}
+
+func epochString(e int64) string { return fmt.Sprintf("%d", e) }
+
+// fencedConfigMap is a ConfigMap fenced by lock, stamped with epoch.
+func fencedConfigMap(ns, name, lock string, epoch int64, data string, extra map[string]string) *corev1.ConfigMap {
+	ann := map[string]string{fkv1.AnnotationEpoch: epochString(epoch)}
+	for k, v := range extra {
+		ann[k] = v
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{fkv1.LabelLock: lock}, Annotations: ann},
+		Data:       map[string]string{"report.csv": data},
+	}
+}
+
+// publish is a worker's read-modify-write of a fenced ConfigMap with its epoch.
+func publish(ns, name string, epoch int64, data string) error {
+	var cm corev1.ConfigMap
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
+		return err
+	}
+	cm.Annotations[fkv1.AnnotationEpoch] = epochString(epoch)
+	cm.Data = map[string]string{"report.csv": data}
+	return k8s.Update(ctx, &cm)
+}
+
+func configMapData(ns, name string) string {
+	var cm corev1.ConfigMap
+	ExpectWithOffset(1, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm)).To(Succeed())
+	return cm.Data["report.csv"]
+}
