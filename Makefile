@@ -33,9 +33,10 @@ controller-gen:
 ##@ Code generation
 
 .PHONY: manifests
-manifests: controller-gen ## Generate the CRD and RBAC into config/.
+manifests: controller-gen ## Generate the CRD, RBAC and webhook configuration into config/.
 	$(CONTROLLER_GEN) rbac:roleName=fencekeeper-manager crd paths="./api/..." paths="./controllers/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$(GO) run ./hack/gen-webhook --out config/webhook/manifests.yaml
 
 .PHONY: generate
 generate: controller-gen ## Generate deepcopy functions.

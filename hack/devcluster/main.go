@@ -17,18 +17,21 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/webhook"
 )
 
 type options struct {
 	dir, manager          string
 	apiPort               int
 	metricsAddr, probeAdr string
+	guarded               string
 }
 
 func main() {
@@ -38,6 +41,8 @@ func main() {
 	flag.IntVar(&o.apiPort, "apiserver-port", envInt("APISERVER_PORT", 16443), "kube-apiserver port on 127.0.0.1 (env APISERVER_PORT).")
 	flag.StringVar(&o.metricsAddr, "manager-metrics-address", envStr("MANAGER_METRICS_ADDRESS", "127.0.0.1:18080"), "Manager metrics address (env MANAGER_METRICS_ADDRESS).")
 	flag.StringVar(&o.probeAdr, "manager-probe-address", envStr("MANAGER_PROBE_ADDRESS", "127.0.0.1:18081"), "Manager health probe address (env MANAGER_PROBE_ADDRESS).")
+	flag.StringVar(&o.guarded, "guarded-resources", envStr("GUARDED_RESOURCES", strings.Join(webhook.DefaultGuardedResources, ",")),
+		"Kinds the fencing webhook guards, RESOURCE[.GROUP][/VERSION],... (env GUARDED_RESOURCES).")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintf(os.Stderr, "devcluster: %v\n", err)
@@ -62,11 +67,17 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	if o.manager != "" {
+		if err := envtestutil.WithFencingWebhook(env, strings.Split(o.guarded, ",")); err != nil {
+			return err
+		}
+	}
 	api := env.ControlPlane.GetAPIServer()
 	api.Address = "127.0.0.1"
 	api.Port = strconv.Itoa(o.apiPort)
 	fmt.Printf(">> starting etcd and kube-apiserver (127.0.0.1:%d) from %s\n", o.apiPort, envtestutil.BinDir())
-	if _, err := env.Start(); err != nil {
+	cfg, err := env.Start()
+	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
 	defer func() {
@@ -76,7 +87,11 @@ func run(o options) error {
 		}
 	}()
 
-	kubeconfig, err := writeKubeconfig(env, dir, "kubeconfig", envtest.User{Name: "admin", Groups: []string{"system:masters"}})
+	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := writeKubeconfig(admin, dir, "kubeconfig")
 	if err != nil {
 		return err
 	}
@@ -84,11 +99,20 @@ func run(o options) error {
 
 	var managerDone chan error
 	if o.manager != "" {
-		mkc, err := writeKubeconfig(env, dir, "manager.kubeconfig", envtest.User{Name: "fencekeeper-manager", Groups: []string{"system:masters"}})
+		mu, err := env.AddUser(envtest.User{Name: envtestutil.ManagerUser, Groups: []string{"system:masters"}}, nil)
 		if err != nil {
 			return err
 		}
-		cmd, err := startManager(o, mkc)
+		mkc, err := writeKubeconfig(mu, dir, "manager.kubeconfig")
+		if err != nil {
+			return err
+		}
+		if err := envtestutil.InstallLeaseGuard(ctx, cfg, mu.Config(), envtestutil.ManagerUser); err != nil {
+			return fmt.Errorf("installing the managed-Lease guard: %w", err)
+		}
+		fmt.Printf(">> managed-Lease guard installed (only %q may rewrite managed Leases); fencing webhook registered for %s\n",
+			envtestutil.ManagerUser, o.guarded)
+		cmd, err := startManager(o, mkc, &env.WebhookInstallOptions)
 		if err != nil {
 			return err
 		}
@@ -123,11 +147,7 @@ Press Ctrl-C (or run 'make dev-down' for dev-up) to stop everything.
 	}
 }
 
-func writeKubeconfig(env *envtest.Environment, dir, name string, u envtest.User) (string, error) {
-	user, err := env.AddUser(u, nil)
-	if err != nil {
-		return "", fmt.Errorf("provisioning user %s: %w", u.Name, err)
-	}
+func writeKubeconfig(user *envtest.AuthenticatedUser, dir, name string) (string, error) {
 	b, err := user.KubeConfig()
 	if err != nil {
 		return "", err
@@ -136,9 +156,10 @@ func writeKubeconfig(env *envtest.Environment, dir, name string, u envtest.User)
 	return path, os.WriteFile(path, b, 0o600)
 }
 
-func startManager(o options, kubeconfig string) (*exec.Cmd, error) {
+func startManager(o options, kubeconfig string, wh *envtest.WebhookInstallOptions) (*exec.Cmd, error) {
 	cmd := exec.Command(o.manager, "--kubeconfig", kubeconfig,
-		"--metrics-bind-address", o.metricsAddr, "--health-probe-bind-address", o.probeAdr)
+		"--metrics-bind-address", o.metricsAddr, "--health-probe-bind-address", o.probeAdr,
+		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	// The manager dies with us even if we are killed without a chance to
 	// stop it.
