@@ -13,7 +13,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -105,11 +104,9 @@ func startManager(conflictRecheck time.Duration) *runningManager {
 	return &runningManager{Manager: m, writes: w, mgr: m.Mgr}
 }
 
-var nsCounter atomic.Int64
-
 func newNamespace() string {
-	ns := fmt.Sprintf("locks-%d-%d", time.Now().UnixNano()%100000, nsCounter.Add(1))
-	Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	ns, err := envtestutil.NewNamespace(context.Background(), k8s, "locks")
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	return ns
 }
 

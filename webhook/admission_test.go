@@ -112,7 +112,7 @@ var _ = Describe("Fencing admission", func() {
 			"server-side apply": func(epoch, body string) error {
 				r := newReport(ns, report.GetName(), lock, 0, body)
 				r.SetAnnotations(map[string]string{fkv1.AnnotationEpoch: epoch})
-				return k8s.Patch(ctx, r, client.Apply, client.FieldOwner("worker"), client.ForceOwnership)
+				return k8s.Apply(ctx, client.ApplyConfigurationFromUnstructured(r), client.FieldOwner("worker"), client.ForceOwnership)
 			},
 		}
 		for _, how := range []string{"update", "json patch", "merge patch", "server-side apply"} {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,11 +67,9 @@ func startManager() *envtestutil.Manager {
 	return m
 }
 
-var nsCounter atomic.Int64
-
 func newNamespace() string {
-	ns := fmt.Sprintf("fenced-%d-%d", time.Now().UnixNano()%100000, nsCounter.Add(1))
-	ExpectWithOffset(1, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	ns, err := envtestutil.NewNamespace(context.Background(), k8s, "fenced")
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	return ns
 }
 

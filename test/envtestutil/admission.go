@@ -104,7 +104,7 @@ func waitForPolicy(ctx context.Context, admin, manager client.Client) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the lease guard policy is not enforced after 30s (probe delete: %v)", err)
+			return fmt.Errorf("the lease guard policy is not enforced after 30s (probe delete: %w)", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -4,11 +4,17 @@
 package envtestutil
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -41,4 +47,12 @@ func New() (*envtest.Environment, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 	}, nil
+}
+
+var nsCounter atomic.Int64
+
+// NewNamespace creates a namespace with a unique name starting with prefix.
+func NewNamespace(ctx context.Context, c client.Client, prefix string) (string, error) {
+	ns := fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano()%100000, nsCounter.Add(1))
+	return ns, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 }

@@ -86,14 +86,14 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 	m := &Manager{Mgr: mgr, cancel: cancel, done: make(chan error, 1)}
 	go func() { m.done <- mgr.Start(ctx) }()
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		m.Stop()
+		_ = m.Stop()
 		return nil, fmt.Errorf("manager caches did not sync")
 	}
 	if o.Webhook != nil {
 		deadline := time.Now().Add(30 * time.Second)
 		for mgr.GetWebhookServer().StartedChecker()(nil) != nil {
 			if time.Now().After(deadline) {
-				m.Stop()
+				_ = m.Stop()
 				return nil, fmt.Errorf("webhook server did not start")
 			}
 			time.Sleep(20 * time.Millisecond)
