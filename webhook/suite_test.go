@@ -38,17 +38,10 @@ func TestAdmission(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	var err error
-	testEnv, err = envtestutil.New()
+	env, err := envtestutil.StartAdmissionEnv(ctx, []string{"configmaps", "reports.reports.example.com/v1"},
+		filepath.Join(envtestutil.RepoRoot(), "test", "crds"))
 	Expect(err).NotTo(HaveOccurred())
-	testEnv.CRDDirectoryPaths = append(testEnv.CRDDirectoryPaths, filepath.Join(envtestutil.RepoRoot(), "test", "crds"))
-	Expect(envtestutil.WithFencingWebhook(testEnv, []string{"configmaps", "reports.reports.example.com/v1"})).To(Succeed())
-	adminCfg, err = testEnv.Start()
-	Expect(err).NotTo(HaveOccurred())
-	mu, err := testEnv.AddUser(envtest.User{Name: envtestutil.ManagerUser, Groups: []string{"system:masters"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	managerCfg = mu.Config()
-	Expect(envtestutil.InstallLeaseGuard(ctx, adminCfg, managerCfg, envtestutil.ManagerUser)).To(Succeed())
+	testEnv, adminCfg, managerCfg = env.Env, env.Admin, env.Manager
 	k8s, err = client.NewWithWatch(adminCfg, client.Options{Scheme: envtestutil.Scheme()})
 	Expect(err).NotTo(HaveOccurred())
 	asManager, err = client.New(managerCfg, client.Options{Scheme: envtestutil.Scheme()})

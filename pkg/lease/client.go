@@ -1,0 +1,297 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+// Client acquires leases in one namespace.
+type Client struct {
+	c         client.WithWatch
+	namespace string
+	log       logr.Logger
+}
+
+// Scheme knows FencedLease, Lease and the built-in kinds.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(fkv1.AddToScheme(s))
+	return s
+}
+
+// NewClient returns a Client for the namespace using cfg.
+func NewClient(cfg *rest.Config, namespace string) (*Client, error) {
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return nil, err
+	}
+	return NewClientFrom(c, namespace), nil
+}
+
+// NewClientFrom wraps an existing controller-runtime client (its scheme must
+// know fencekeeper.io/v1alpha1).
+func NewClientFrom(c client.WithWatch, namespace string) *Client {
+	return &Client{c: c, namespace: namespace, log: logr.Discard()}
+}
+
+// WithLogger sets the logger for state transitions and renewals.
+func (c *Client) WithLogger(l logr.Logger) *Client {
+	cp := *c
+	cp.log = l
+	return &cp
+}
+
+// Options tune one acquisition.
+type Options struct {
+	// RequestID makes Acquire idempotent: the same lock, holder and request ID
+	// always name the same claim. Default: a random ID (no retry possible).
+	RequestID string
+	// TTL is the lease duration (default 15s, 1s..24h, whole seconds).
+	TTL time.Duration
+	// RenewInterval defaults to TTL/3.
+	RenewInterval time.Duration
+	// SuspectMargin: SUSPECT when less safe time than this is left; default TTL/3.
+	SuspectMargin time.Duration
+	// RequestTimeout bounds each API request (default 5s, at most RenewInterval).
+	RequestTimeout time.Duration
+	// OnTransition is called (synchronously, keep it short) on every state change.
+	OnTransition func(Transition)
+}
+
+func (o *Options) defaults() error {
+	if o.TTL == 0 {
+		o.TTL = time.Duration(fkv1.DefaultLeaseDurationSeconds) * time.Second
+	}
+	if o.TTL < time.Second || o.TTL > 24*time.Hour || o.TTL%time.Second != 0 {
+		return fmt.Errorf("TTL %v: want whole seconds in 1s..24h", o.TTL)
+	}
+	if o.RenewInterval <= 0 {
+		o.RenewInterval = o.TTL / 3
+	}
+	if o.SuspectMargin <= 0 {
+		o.SuspectMargin = o.TTL / 3
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 5 * time.Second
+	}
+	if o.RequestTimeout > o.RenewInterval {
+		o.RequestTimeout = o.RenewInterval
+	}
+	if o.RequestID == "" {
+		b := make([]byte, 8)
+		_, _ = rand.Read(b)
+		o.RequestID = hex.EncodeToString(b)
+	}
+	return nil
+}
+
+// ClaimName is the FencedLease name for a lock, holder and request ID.
+func ClaimName(lock, holder, requestID string) string {
+	sum := sha256.Sum256([]byte(holder + "\x00" + requestID))
+	return lock + "-" + hex.EncodeToString(sum[:])[:12]
+}
+
+// Acquire queues for the lock and waits (until ctx is done) to hold it. If ctx
+// ends first the claim is deleted, leaving the queue cleanly. The returned
+// Lease is renewed in the background until it is released or lost.
+func (c *Client) Acquire(ctx context.Context, lock, holder string, opts Options) (*Lease, error) {
+	if errs := validation.IsDNS1123Subdomain(lock); len(errs) > 0 || len(lock) > 63 {
+		return nil, fmt.Errorf("invalid lock name %q: a DNS-1123 subdomain of at most 63 characters", lock)
+	}
+	if holder == "" || len(holder) > 253 {
+		return nil, fmt.Errorf("invalid holder %q: 1..253 characters", holder)
+	}
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	l := newLease(c, lock, holder, opts)
+	l.transition(Acquiring, "acquire requested")
+
+	claim, err := c.createClaim(ctx, l)
+	if err != nil {
+		l.transition(Idle, err.Error())
+		return nil, err
+	}
+	l.ClaimName, l.UID = claim.Name, claim.UID
+
+	held, err := c.waitHeld(ctx, claim)
+	if err != nil {
+		if ctx.Err() != nil {
+			c.leaveQueue(claim, opts.RequestTimeout)
+		}
+		l.transition(Idle, err.Error())
+		return nil, err
+	}
+	l.Epoch = held.Status.Epoch
+	l.TTL = held.LeaseDuration()
+	// Anchor the safe time on a renewal we send now: the grant itself may
+	// have happened long before we saw it.
+	if err := l.start(ctx); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// createClaim creates the claim, or finds it when an earlier attempt (whose
+// reply was lost) created it. Transient errors are retried with the same name.
+func (c *Client) createClaim(ctx context.Context, l *Lease) (*fkv1.FencedLease, error) {
+	want := &fkv1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: ClaimName(l.Lock, l.Holder, l.opts.RequestID)},
+		Spec: fkv1.FencedLeaseSpec{LockName: l.Lock, HolderIdentity: l.Holder,
+			LeaseDurationSeconds: ptr.To(int32(l.opts.TTL / time.Second))},
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		claim := want.DeepCopy()
+		err := c.withTimeout(ctx, l.opts.RequestTimeout, func(ctx context.Context) error { return c.c.Create(ctx, claim) })
+		if err == nil {
+			return claim, nil
+		}
+		if apierrors.IsAlreadyExists(err) {
+			err = c.withTimeout(ctx, l.opts.RequestTimeout, func(ctx context.Context) error {
+				return c.c.Get(ctx, client.ObjectKeyFromObject(want), claim)
+			})
+			if err == nil {
+				if claim.Spec.LockName != l.Lock || claim.Spec.HolderIdentity != l.Holder {
+					return nil, fmt.Errorf("claim %s/%s exists for lock %q holder %q, not lock %q holder %q",
+						c.namespace, claim.Name, claim.Spec.LockName, claim.Spec.HolderIdentity, l.Lock, l.Holder)
+				}
+				return claim, nil
+			}
+		}
+		if !retriable(err) {
+			return nil, fmt.Errorf("creating claim %s/%s: %w", c.namespace, want.Name, err)
+		}
+		c.log.V(1).Info("retrying claim creation with the same name", "claim", want.Name, "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("creating claim %s/%s: %w", c.namespace, want.Name, errors.Join(ctx.Err(), err))
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// waitHeld watches only this claim (a field selector on its name) until it
+// is Held, Expired, deleted, or ctx ends.
+func (c *Client) waitHeld(ctx context.Context, claim *fkv1.FencedLease) (*fkv1.FencedLease, error) {
+	key := client.ObjectKeyFromObject(claim)
+	for {
+		var cur fkv1.FencedLease
+		if err := c.c.Get(ctx, key, &cur); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("claim %s was deleted while waiting: %w", key, ErrLost)
+			}
+			if !retriable(err) || ctx.Err() != nil {
+				return nil, fmt.Errorf("waiting for claim %s: %w", key, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if cur.UID != claim.UID {
+			return nil, fmt.Errorf("claim %s was replaced while waiting: %w", key, ErrLost)
+		}
+		if done, err := phaseDone(&cur); done {
+			return &cur, err
+		}
+		w, err := c.c.Watch(ctx, &fkv1.FencedLeaseList{}, client.InNamespace(key.Namespace),
+			client.MatchingFields{"metadata.name": key.Name}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: cur.ResourceVersion}})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		if got, ok, err := c.drainUntilDone(ctx, w, claim.UID); ok {
+			return got, err
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (c *Client) drainUntilDone(ctx context.Context, w watch.Interface, uid types.UID) (*fkv1.FencedLease, bool, error) {
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, true, ctx.Err()
+		case ev, open := <-w.ResultChan():
+			if !open {
+				return nil, false, nil
+			}
+			cur, ok := ev.Object.(*fkv1.FencedLease)
+			if !ok {
+				return nil, false, nil // an error event: start over with a Get
+			}
+			if ev.Type == watch.Deleted && cur.UID == uid {
+				return nil, true, fmt.Errorf("claim %s was deleted while waiting: %w", cur.Name, ErrLost)
+			}
+			if done, err := phaseDone(cur); done {
+				return cur, true, err
+			}
+		}
+	}
+}
+
+func phaseDone(c *fkv1.FencedLease) (bool, error) {
+	switch c.Status.Phase {
+	case fkv1.PhaseHeld:
+		return true, nil
+	case fkv1.PhaseExpired:
+		return true, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, ErrExpired)
+	}
+	return false, nil
+}
+
+// leaveQueue deletes a claim we gave up waiting for, by UID.
+func (c *Client) leaveQueue(claim *fkv1.FencedLease, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := c.c.Delete(ctx, claim, client.Preconditions{UID: &claim.UID})
+	if err != nil && !apierrors.IsNotFound(err) {
+		c.log.Info("could not leave the queue; the claim stays until deleted", "claim", claim.Name, "error", err.Error())
+	}
+}
+
+func (c *Client) withTimeout(ctx context.Context, d time.Duration, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return f(ctx)
+}
+
+// retriable: the request may not have reached the server, or its reply was
+// lost; the same request is safe to repeat.
+func retriable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var st apierrors.APIStatus
+	return !errors.As(err, &st) // transport errors carry no API status
+}

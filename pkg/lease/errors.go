@@ -1,0 +1,60 @@
+package lease
+
+import (
+	"errors"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+var (
+	// ErrStaleEpoch: the protected object refused the write because a newer
+	// holder's epoch is current (or the object already accepted a newer one).
+	ErrStaleEpoch = errors.New("fencekeeper: stale epoch: the object refused a write from an older ownership generation")
+	// ErrLost: the lease is lost; its context is cancelled.
+	ErrLost = errors.New("fencekeeper: lease lost")
+	// ErrExpired: the claim expired before it could be used.
+	ErrExpired = errors.New("fencekeeper: claim expired")
+	// ErrReleaseUncertain: the release request's outcome is unknown (a lost
+	// reply). The claim is either gone or will expire; repeating is harmless.
+	ErrReleaseUncertain = errors.New("fencekeeper: release outcome unknown; the claim will expire if it was not deleted")
+)
+
+// staleCauses are the fencing webhook's causes for a refused stale holder.
+var staleCauses = map[string]bool{
+	fkv1.Prefix + "StaleEpoch":      true,
+	fkv1.Prefix + "NotCurrentEpoch": true,
+}
+
+// IsStaleEpoch reports whether err is the fencing webhook refusing a stale
+// epoch (directly or wrapped in ErrStaleEpoch).
+func IsStaleEpoch(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrStaleEpoch) {
+		return true
+	}
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) {
+		return false
+	}
+	st := se.Status()
+	if st.Details != nil {
+		for _, c := range st.Details.Causes {
+			if staleCauses[string(c.Type)] {
+				return true
+			}
+		}
+	}
+	return st.Code == 409 && strings.Contains(st.Message, "stale epoch ")
+}
+
+type staleError struct{ err error }
+
+func (e staleError) Error() string { return ErrStaleEpoch.Error() + ": " + e.err.Error() }
+func (e staleError) Unwrap() []error {
+	return []error{ErrStaleEpoch, e.err}
+}

@@ -1,0 +1,356 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+// Lease is one acquired lease: its identity (the claim UID), its epoch and
+// TTL, and a background renewal that keeps it or reports its loss.
+type Lease struct {
+	Lock, Holder, Namespace string
+	// ClaimName and UID identify the FencedLease; UID is the lease identity.
+	ClaimName string
+	UID       types.UID
+	// Epoch is the fencing token to stamp on every write.
+	Epoch int64
+	// TTL is the lease duration the authority enforces.
+	TTL time.Duration
+
+	cl   *Client
+	opts Options
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stop    chan struct{}
+	stopped sync.Once
+	wg      sync.WaitGroup
+
+	mu          sync.Mutex
+	state       State
+	lastAckSent time.Time             // send time of the last acknowledged renewal
+	lease       *coordinationv1.Lease // last Lease we read or wrote
+}
+
+func newLease(c *Client, lock, holder string, opts Options) *Lease {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Lease{Lock: lock, Holder: holder, Namespace: c.namespace, cl: c, opts: opts,
+		ctx: ctx, cancel: cancel, stop: make(chan struct{}), state: Idle}
+}
+
+// Context is cancelled when the lease is lost or released: derive the work's
+// context from it.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Done is closed when the lease is lost or released.
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// State is the current state.
+func (l *Lease) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state
+}
+
+// Remaining is the safe time left by this client's own clock: TTL after the
+// send time of the last acknowledged renewal.
+func (l *Lease) Remaining() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.remainingLocked()
+}
+
+func (l *Lease) remainingLocked() time.Duration {
+	if l.lastAckSent.IsZero() {
+		return 0
+	}
+	return time.Until(l.lastAckSent.Add(l.TTL))
+}
+
+// transition moves to a new state (final states stay final) and reports it.
+func (l *Lease) transition(to State, reason string) {
+	l.mu.Lock()
+	from := l.state
+	if from == to || from == Lost || from == Released || (from == Releasing && to != Released && to != Lost) {
+		l.mu.Unlock()
+		return
+	}
+	l.state = to
+	l.mu.Unlock()
+	transitions.WithLabelValues(string(to)).Inc()
+	l.cl.log.Info("lease state", "lock", l.Lock, "claim", l.ClaimName, "epoch", l.Epoch, "from", from, "to", to, "reason", reason)
+	if to == Lost || to == Released {
+		l.cancel()
+	}
+	if l.opts.OnTransition != nil {
+		l.opts.OnTransition(Transition{From: from, To: to, Reason: reason})
+	}
+}
+
+// start renews once (anchoring the safe time), then renews and watches the
+// claim in the background.
+func (l *Lease) start(ctx context.Context) error {
+	if err := l.renew(ctx); err != nil {
+		l.transition(Lost, "first renewal failed: "+err.Error())
+		return fmt.Errorf("lock %s/%s: epoch %d was granted but could not be renewed: %w", l.Namespace, l.Lock, l.Epoch, errors.Join(ErrLost, err))
+	}
+	l.transition(Held, fmt.Sprintf("granted epoch %d", l.Epoch))
+	l.wg.Add(2)
+	go l.renewLoop()
+	go l.watchClaim()
+	return nil
+}
+
+// renewLoop renews every RenewInterval and re-evaluates the state whenever
+// the safe time crosses the margin or runs out.
+func (l *Lease) renewLoop() {
+	defer l.wg.Done()
+	nextRenew := time.Now().Add(l.opts.RenewInterval)
+	for {
+		wait := time.Until(nextRenew)
+		rem := l.Remaining()
+		if d := rem - l.opts.SuspectMargin; d > 0 && d < wait {
+			wait = d
+		}
+		if rem > 0 && rem < wait {
+			wait = rem
+		}
+		select {
+		case <-l.stop:
+			return
+		case <-l.ctx.Done():
+			return
+		case <-time.After(max(wait, time.Millisecond)):
+		}
+		if !time.Now().Before(nextRenew) {
+			err := l.renew(l.ctx)
+			switch {
+			case errors.Is(err, ErrLost):
+				l.transition(Lost, err.Error())
+				return
+			case err != nil:
+				renewals.WithLabelValues("error").Inc()
+				l.cl.log.V(1).Info("renewal failed", "lock", l.Lock, "error", err.Error())
+				nextRenew = time.Now().Add(l.opts.RenewInterval / 4) // retry sooner
+			default:
+				nextRenew = time.Now().Add(l.opts.RenewInterval)
+			}
+		}
+		l.evaluate()
+	}
+}
+
+// evaluate derives HELD/SUSPECT/LOST from the safe time left.
+func (l *Lease) evaluate() {
+	rem := l.Remaining()
+	switch {
+	case rem <= 0:
+		l.transition(Lost, fmt.Sprintf("no renewal acknowledged for a TTL (%v)", l.TTL))
+	case rem < l.opts.SuspectMargin:
+		l.transition(Suspect, fmt.Sprintf("%v of safe time left, below the %v margin", rem.Round(time.Millisecond), l.opts.SuspectMargin))
+	default:
+		l.transition(Held, "renewed")
+	}
+}
+
+// renew advances renewTime on the backing Lease, guarded by resourceVersion
+// and only while the Lease names this claim. It returns an error wrapping
+// ErrLost when the Lease names someone else.
+func (l *Lease) renew(ctx context.Context) error {
+	l.mu.Lock()
+	cur := l.lease
+	l.mu.Unlock()
+	for attempt := 0; attempt < 2; attempt++ {
+		if cur == nil {
+			var fresh coordinationv1.Lease
+			err := l.cl.withTimeout(ctx, l.opts.RequestTimeout, func(ctx context.Context) error {
+				return l.cl.c.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.Lock}, &fresh)
+			})
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("the Lease of lock %s/%s is gone: %w", l.Namespace, l.Lock, ErrLost)
+			}
+			if err != nil {
+				return err
+			}
+			cur = &fresh
+		}
+		if got := types.UID(cur.Annotations[fkv1.AnnotationClaimUID]); got != l.UID {
+			return fmt.Errorf("the Lease of lock %s/%s names claim %q, not ours (%s): %w", l.Namespace, l.Lock, got, l.UID, ErrLost)
+		}
+		upd := cur.DeepCopy()
+		now := time.Now().Truncate(time.Microsecond)
+		if upd.Spec.RenewTime != nil && !now.After(upd.Spec.RenewTime.Time) {
+			now = upd.Spec.RenewTime.Add(time.Microsecond) // renewTime must advance
+		}
+		upd.Spec.RenewTime = &metav1.MicroTime{Time: now}
+		sent := time.Now()
+		err := l.cl.withTimeout(ctx, l.opts.RequestTimeout, func(ctx context.Context) error { return l.cl.c.Update(ctx, upd) })
+		if err == nil {
+			renewals.WithLabelValues("ok").Inc()
+			l.mu.Lock()
+			l.lease, l.lastAckSent = upd, sent
+			l.mu.Unlock()
+			return nil
+		}
+		l.mu.Lock()
+		l.lease = nil // unknown now: read it again next time
+		l.mu.Unlock()
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		cur = nil // someone moved first: read and decide again
+	}
+	return fmt.Errorf("renewing lock %s/%s: the Lease kept changing", l.Namespace, l.Lock)
+}
+
+// watchClaim watches only our claim and reports LOST when it turns Expired or
+// is deleted by someone else.
+func (l *Lease) watchClaim() {
+	defer l.wg.Done()
+	for l.ctx.Err() == nil {
+		select {
+		case <-l.stop:
+			return
+		default:
+		}
+		// Read first, then watch from that version: nothing between is missed.
+		var cur fkv1.FencedLease
+		err := l.cl.c.Get(l.ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.ClaimName}, &cur)
+		switch {
+		case apierrors.IsNotFound(err) || (err == nil && cur.UID != l.UID):
+			if l.State() != Releasing {
+				l.transition(Lost, "the claim was deleted by someone else")
+			}
+			return
+		case err == nil && cur.Status.Phase == fkv1.PhaseExpired:
+			l.transition(Lost, "the authority marked the claim Expired")
+			return
+		}
+		var w watch.Interface
+		if err == nil {
+			w, err = l.cl.c.Watch(l.ctx, &fkv1.FencedLeaseList{}, client.InNamespace(l.Namespace),
+				client.MatchingFields{"metadata.name": l.ClaimName}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: cur.ResourceVersion}})
+		}
+		if err != nil {
+			select {
+			case <-l.ctx.Done():
+				return
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		l.consumeClaimEvents(w)
+	}
+}
+
+func (l *Lease) consumeClaimEvents(w watch.Interface) {
+	defer w.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-l.stop:
+			return
+		case ev, open := <-w.ResultChan():
+			if !open {
+				return
+			}
+			c, ok := ev.Object.(*fkv1.FencedLease)
+			if !ok || c.UID != l.UID {
+				continue
+			}
+			switch {
+			case ev.Type == watch.Deleted && l.State() != Releasing:
+				l.transition(Lost, "the claim was deleted by someone else")
+				return
+			case c.Status.Phase == fkv1.PhaseExpired:
+				l.transition(Lost, "the authority marked the claim Expired")
+				return
+			}
+		}
+	}
+}
+
+// Release gives the lock up: it deletes the claim with a UID precondition,
+// so a delayed or repeated release can never delete a newer claim of the
+// same name. A lost reply returns ErrReleaseUncertain (the claim is gone or
+// will expire); repeating Release is harmless.
+func (l *Lease) Release(ctx context.Context) error {
+	l.transition(Releasing, "release requested")
+	l.stopOnce()
+	claim := &fkv1.FencedLease{}
+	claim.Namespace, claim.Name, claim.UID = l.Namespace, l.ClaimName, l.UID
+	err := l.cl.withTimeout(ctx, l.opts.RequestTimeout, func(ctx context.Context) error {
+		return l.cl.c.Delete(ctx, claim, client.Preconditions{UID: &l.UID})
+	})
+	switch {
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// Deleted now, deleted before, or the name now belongs to a newer claim.
+		l.transition(Released, "claim deleted")
+		l.cancel()
+		return nil
+	case retriable(err):
+		l.cancel()
+		return fmt.Errorf("releasing claim %s/%s: %w", l.Namespace, l.ClaimName, errors.Join(ErrReleaseUncertain, err))
+	}
+	l.cancel()
+	return fmt.Errorf("releasing claim %s/%s: %w", l.Namespace, l.ClaimName, err)
+}
+
+func (l *Lease) stopOnce() { l.stopped.Do(func() { close(l.stop) }) }
+
+// Stamp sets the fencing label and this lease's epoch on obj.
+func (l *Lease) Stamp(obj metav1.Object) { Stamp(obj, l.Lock, l.Epoch) }
+
+// Stamp sets the fencekeeper.io/lock label and the fencekeeper.io/epoch
+// annotation on any object (typed, unstructured, any client.Object).
+func Stamp(obj metav1.Object, lock string, epoch int64) {
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[fkv1.LabelLock] = lock
+	obj.SetLabels(labels)
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[fkv1.AnnotationEpoch] = strconv.FormatInt(epoch, 10)
+	obj.SetAnnotations(ann)
+}
+
+// Update stamps obj with this lease's epoch and updates it. It always sends
+// the write — the object, not this process's view of time, decides — and
+// returns an error matching ErrStaleEpoch when the object refused it because
+// a newer holder's epoch is current.
+func (l *Lease) Update(ctx context.Context, c client.Client, obj client.Object, opts ...client.UpdateOption) error {
+	l.Stamp(obj)
+	return fenced(c.Update(ctx, obj, opts...))
+}
+
+// Create stamps obj with this lease's epoch and creates it.
+func (l *Lease) Create(ctx context.Context, c client.Client, obj client.Object, opts ...client.CreateOption) error {
+	l.Stamp(obj)
+	return fenced(c.Create(ctx, obj, opts...))
+}
+
+func fenced(err error) error {
+	if err != nil && IsStaleEpoch(err) {
+		staleWrites.Inc()
+		return staleError{err: err}
+	}
+	return err
+}

@@ -1,0 +1,223 @@
+package lease_test
+
+import (
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
+)
+
+// recorder keeps the transitions a lease reports.
+type recorder struct {
+	mu  sync.Mutex
+	got []lease.Transition
+}
+
+func (r *recorder) record(t lease.Transition) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, t)
+}
+
+func (r *recorder) states() []lease.State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []lease.State
+	for _, t := range r.got {
+		out = append(out, t.To)
+	}
+	return out
+}
+
+func claims(ns string) []fkv1.FencedLease {
+	var list fkv1.FencedLeaseList
+	ExpectWithOffset(1, admin.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+	return list.Items
+}
+
+func waiter(ns, name, lock string) *fkv1.FencedLease {
+	c := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: fkv1.FencedLeaseSpec{LockName: lock, HolderIdentity: name, LeaseDurationSeconds: ptr.To(int32(300))}}
+	ExpectWithOffset(1, admin.Create(ctx, c)).To(Succeed())
+	return c
+}
+
+func phaseOf(c *fkv1.FencedLease) func() fkv1.FencedLeasePhase {
+	return func() fkv1.FencedLeasePhase {
+		var got fkv1.FencedLease
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(c), &got); err != nil {
+			return ""
+		}
+		return got.Status.Phase
+	}
+}
+
+var _ = Describe("Holder library", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("retries an acquisition whose reply was lost with the same request ID: one claim, one epoch", func() {
+		holder, f, _ := holderClient(ns)
+		f.set(func(f *faults) { f.dropReply = []rule{{method: http.MethodPost, path: "/fencedleases", times: 1}} })
+		l, err := holder.Acquire(ctx, "report-2026-07", "W1", lease.Options{RequestID: "request-81", TTL: 30 * time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(l.Epoch).To(Equal(int64(1)))
+		Expect(claims(ns)).To(HaveLen(1))
+
+		By("calling Acquire again with the same request ID finds the same claim")
+		again, err := holder.Acquire(ctx, "report-2026-07", "W1", lease.Options{RequestID: "request-81", TTL: 30 * time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(again.UID).To(Equal(l.UID))
+		Expect(again.Epoch).To(Equal(int64(1)))
+		Expect(claims(ns)).To(HaveLen(1))
+		Expect(l.Release(ctx)).To(Succeed())
+		Expect(again.Release(ctx)).To(Succeed(), "releasing twice is harmless")
+	})
+
+	It("never lets a delayed old release delete the claim the holder acquired again", func() {
+		holder, f, _ := holderClient(ns)
+		first, err := holder.Acquire(ctx, "report", "W1", lease.Options{RequestID: "r1", TTL: 30 * time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		f.set(func(f *faults) { f.capture = []rule{{method: http.MethodDelete, path: "/fencedleases", times: 1}} })
+		Expect(first.Release(ctx)).To(Succeed())
+
+		second, err := holder.Acquire(ctx, "report", "W1", lease.Options{RequestID: "r1", TTL: 30 * time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(second.ClaimName).To(Equal(first.ClaimName), "same request ID, same claim name")
+		Expect(second.UID).NotTo(Equal(first.UID))
+		Expect(second.Epoch).To(Equal(int64(2)))
+
+		By("the old release arrives late")
+		Expect(f.captured).To(HaveLen(1))
+		code, body := f.replay(f.captured[0])
+		Expect(code).To(Equal(http.StatusConflict), body)
+		Expect(body).To(ContainSubstring("the UID in the precondition"))
+		By("and so does a repeated Release of the old lease")
+		Expect(first.Release(ctx)).To(Succeed())
+		Consistently(func() lease.State { return second.State() }, time.Second).Should(Equal(lease.Held))
+		Expect(claims(ns)).To(HaveLen(1))
+		Expect(claims(ns)[0].UID).To(Equal(second.UID))
+		Expect(second.Release(ctx)).To(Succeed())
+	})
+
+	It("goes SUSPECT then LOST when renewal replies are lost, and the server then refuses its write", func() {
+		holder, f, hc := holderClient(ns)
+		rec := &recorder{}
+		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 3 * time.Second, RenewInterval: time.Second,
+			SuspectMargin: 1500 * time.Millisecond, OnTransition: rec.record})
+		Expect(err).NotTo(HaveOccurred())
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report"}, Data: map[string]string{"v": "v11 by W1"}}
+		Expect(w1.Create(ctx, hc, cm)).To(Succeed())
+		w2 := waiter(ns, "w2", "report")
+
+		By("losing every renewal reply; the work goroutine keeps running regardless")
+		f.set(func(f *faults) { f.dropReply = []rule{{method: http.MethodPut, path: "/leases/"}} })
+		var workErr error
+		workDone := make(chan struct{})
+		go func() {
+			defer close(workDone)
+			// The work never looks at the lease; it only stamps its epoch.
+			time.Sleep(9 * time.Second)
+			var cur corev1.ConfigMap
+			Expect(hc.Get(ctx, client.ObjectKeyFromObject(cm), &cur)).To(Succeed())
+			cur.Data = map[string]string{"v": "late v11 by W1"}
+			workErr = w1.Update(ctx, hc, &cur)
+		}()
+		Eventually(w1.State, 5*time.Second, 50*time.Millisecond).Should(Equal(lease.Suspect))
+		Eventually(w1.State, 5*time.Second, 50*time.Millisecond).Should(Equal(lease.Lost))
+		Expect(w1.Context().Err()).To(HaveOccurred(), "the lease's context is cancelled on loss")
+		Expect(rec.states()).To(Equal([]lease.State{lease.Acquiring, lease.Held, lease.Suspect, lease.Lost}))
+
+		By("W1 stopped renewing once LOST, so the authority expires it and grants W2")
+		Eventually(phaseOf(w2), 15*time.Second).Should(Equal(fkv1.PhaseHeld))
+		<-workDone
+		Expect(workErr).To(HaveOccurred())
+		Expect(errors.Is(workErr, lease.ErrStaleEpoch)).To(BeTrue(), "%v", workErr)
+		var final corev1.ConfigMap
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(cm), &final)).To(Succeed())
+		Expect(final.Data["v"]).To(Equal("v11 by W1"))
+	})
+
+	It("has its writes refused once the lease passes on, when cut off from the Lease but not from the object", func() {
+		holder, f, hc := holderClient(ns)
+		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 2 * time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report"}, Data: map[string]string{"v": "v11 by W1"}}
+		Expect(w1.Create(ctx, hc, cm)).To(Succeed())
+		w2 := waiter(ns, "w2", "report")
+
+		f.set(func(f *faults) { f.block = []rule{{path: "/leases/"}} })
+		Eventually(w1.State, 5*time.Second, 50*time.Millisecond).Should(Equal(lease.Lost))
+		Eventually(phaseOf(w2), 10*time.Second).Should(Equal(fkv1.PhaseHeld))
+
+		By("W1 still reaches the ConfigMap, and is refused")
+		var cur corev1.ConfigMap
+		Expect(hc.Get(ctx, client.ObjectKeyFromObject(cm), &cur)).To(Succeed())
+		cur.Data = map[string]string{"v": "late v11 by W1"}
+		err = w1.Update(ctx, hc, &cur)
+		Expect(errors.Is(err, lease.ErrStaleEpoch)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("it is not the lock's current epoch (current holder w2, epoch 2)"))
+	})
+
+	It("leaves the queue cleanly when the caller's deadline passes", func() {
+		holder, _, _ := holderClient(ns)
+		w1, err := holder.Acquire(ctx, "busy", "W1", lease.Options{TTL: 30 * time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { Expect(w1.Release(ctx)).To(Succeed()) })
+		short, cancel := contextWithTimeout(time.Second)
+		defer cancel()
+		_, err = holder.Acquire(short, "busy", "W2", lease.Options{TTL: 30 * time.Second})
+		Expect(err).To(MatchError(ContainSubstring("context deadline exceeded")))
+		Eventually(func() int { return len(claims(ns)) }, 5*time.Second).Should(Equal(1))
+		Expect(claims(ns)[0].UID).To(Equal(w1.UID))
+	})
+
+	It("is released by deleting the exact claim, and reports LOST when someone else deletes it", func() {
+		holder, _, _ := holderClient(ns)
+		rec := &recorder{}
+		l, err := holder.Acquire(ctx, "r", "W1", lease.Options{TTL: 30 * time.Second, OnTransition: rec.record})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(admin.Delete(ctx, &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: l.ClaimName}})).To(Succeed())
+		Eventually(l.State, 5*time.Second).Should(Equal(lease.Lost))
+		Eventually(l.Done()).Should(BeClosed())
+
+		l2, err := holder.Acquire(ctx, "r", "W1", lease.Options{TTL: 30 * time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(l2.Release(ctx)).To(Succeed())
+		Expect(l2.State()).To(Equal(lease.Released))
+		Expect(claims(ns)).To(BeEmpty())
+	})
+
+	It("stamps the lock label and epoch on typed and unstructured objects", func() {
+		cm := &corev1.ConfigMap{}
+		lease.Stamp(cm, "report-2026-07", 42)
+		Expect(cm.Labels).To(HaveKeyWithValue(fkv1.LabelLock, "report-2026-07"))
+		Expect(cm.Annotations).To(HaveKeyWithValue(fkv1.AnnotationEpoch, "42"))
+		u := &unstructured.Unstructured{Object: map[string]any{}}
+		u.SetAnnotations(map[string]string{"keep": "me"})
+		lease.Stamp(u, "report-2026-07", 43)
+		Expect(u.GetAnnotations()).To(Equal(map[string]string{"keep": "me", fkv1.AnnotationEpoch: "43"}))
+	})
+
+	It("rejects bad input before touching the API", func() {
+		holder, _, _ := holderClient(ns)
+		_, err := holder.Acquire(ctx, "Bad_Lock", "W1", lease.Options{})
+		Expect(err).To(MatchError(ContainSubstring("invalid lock name")))
+		_, err = holder.Acquire(ctx, "ok", "", lease.Options{})
+		Expect(err).To(MatchError(ContainSubstring("invalid holder")))
+		_, err = holder.Acquire(ctx, "ok", "W1", lease.Options{TTL: 1500 * time.Millisecond})
+		Expect(err).To(MatchError(ContainSubstring("whole seconds")))
+		Expect(claims(ns)).To(BeEmpty())
+	})
+})

@@ -1,0 +1,166 @@
+package lease_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+var (
+	ctx   = context.Background()
+	env   *envtestutil.AdmissionEnv
+	mgr   *envtestutil.Manager
+	admin client.WithWatch
+)
+
+func TestLease(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Holder library suite")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	var err error
+	env, err = envtestutil.StartAdmissionEnv(ctx, []string{"configmaps"})
+	Expect(err).NotTo(HaveOccurred())
+	mgr, err = env.StartManager()
+	Expect(err).NotTo(HaveOccurred())
+	admin, err = client.NewWithWatch(env.Admin, client.Options{Scheme: lease.Scheme()})
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	if mgr != nil {
+		Expect(mgr.Stop()).To(Succeed())
+	}
+	if env != nil {
+		Expect(env.Env.Stop()).To(Succeed())
+	}
+})
+
+func newNamespace() string {
+	ns, err := envtestutil.NewNamespace(ctx, admin, "holders")
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return ns
+}
+
+// faults sits between a holder's client and the apiserver. Each rule matches
+// requests by method and path fragment.
+type faults struct {
+	mu sync.Mutex
+	// dropReply: forward the request, then lose the reply (the server
+	// committed; the client sees an error).
+	dropReply []rule
+	// block: never forward; the client sees an error.
+	block []rule
+	// capture: forward, and keep a copy to replay later.
+	capture  []rule
+	captured []captured
+	next     http.RoundTripper
+}
+
+type rule struct {
+	method, path string
+	times        int // 0: always
+}
+
+type captured struct {
+	method, url string
+	header      http.Header
+	body        []byte
+}
+
+func (r *rule) matches(req *http.Request) bool {
+	return (r.method == "" || req.Method == r.method) && strings.Contains(req.URL.Path, r.path) && !strings.Contains(req.URL.RawQuery, "watch=true")
+}
+
+// take reports whether a rule in list matches, consuming one use.
+func take(list []rule, req *http.Request) bool {
+	for i := range list {
+		if list[i].matches(req) && list[i].times >= 0 {
+			if list[i].times > 0 {
+				list[i].times--
+				if list[i].times == 0 {
+					list[i].times = -1
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+var errInjected = errors.New("injected fault: connection reset")
+
+func (f *faults) RoundTrip(req *http.Request) (*http.Response, error) {
+	f.mu.Lock()
+	block, drop, capt := take(f.block, req), take(f.dropReply, req), take(f.capture, req)
+	f.mu.Unlock()
+	if block {
+		return nil, errInjected
+	}
+	var body []byte
+	if req.Body != nil && capt {
+		body, _ = io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	resp, err := f.next.RoundTrip(req)
+	if capt {
+		f.mu.Lock()
+		f.captured = append(f.captured, captured{method: req.Method, url: req.URL.String(), header: req.Header.Clone(), body: body})
+		f.mu.Unlock()
+	}
+	if drop && err == nil {
+		_ = resp.Body.Close()
+		return nil, errInjected
+	}
+	return resp, err
+}
+
+func (f *faults) set(fn func(f *faults)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+// replay sends a captured request again, as a delayed duplicate would arrive.
+func (f *faults) replay(c captured) (int, string) {
+	req, err := http.NewRequest(c.method, c.url, bytes.NewReader(c.body))
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	req.Header = c.header.Clone()
+	resp, err := f.next.RoundTrip(req)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// holderClient is a holder's client in ns whose traffic passes through f.
+func holderClient(ns string) (*lease.Client, *faults, client.WithWatch) {
+	f := &faults{}
+	cfg := rest.CopyConfig(env.Admin)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { f.next = rt; return f }
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: lease.Scheme()})
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return lease.NewClientFrom(c, ns).WithLogger(logf.Log.WithName("holder")), f, c
+}
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d)
+}
