@@ -51,8 +51,9 @@ verify-gen: manifests generate ## Fail when a generated file is stale.
 ##@ Build
 
 .PHONY: build
-build: ## Build bin/manager.
+build: ## Build bin/manager and bin/kubectl-fence.
 	$(GO) build -o $(BIN)/manager ./cmd/manager
+	$(GO) build -o $(BIN)/kubectl-fence ./cmd/kubectl-fence
 
 .PHONY: vet
 vet:

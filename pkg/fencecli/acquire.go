@@ -1,0 +1,99 @@
+package fencecli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
+)
+
+type acquireFlags struct {
+	holder, requestID, output string
+	ttl, wait                 time.Duration
+}
+
+func (f *acquireFlags) bind(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.holder, "holder", defaultHolder(), "Holder identity (default: hostname-pid).")
+	cmd.Flags().DurationVar(&f.ttl, "ttl", 15*time.Second, "Lease duration (whole seconds).")
+	cmd.Flags().DurationVar(&f.wait, "wait", 0, "How long to wait in the queue (0: forever).")
+	cmd.Flags().StringVar(&f.requestID, "request-id", "", "Request ID; the same ID finds the same claim after a lost reply.")
+}
+
+func (f *acquireFlags) context(parent context.Context) (context.Context, context.CancelFunc) {
+	if f.wait > 0 {
+		return context.WithTimeout(parent, f.wait)
+	}
+	return context.WithCancel(parent)
+}
+
+// result is what acquire prints with -o json|yaml.
+type result struct {
+	Namespace string `json:"namespace"`
+	Lock      string `json:"lock"`
+	Holder    string `json:"holder"`
+	Claim     string `json:"claim"`
+	UID       string `json:"uid"`
+	Epoch     int64  `json:"epoch"`
+	TTL       string `json:"ttl"`
+}
+
+func newAcquireCommand(o *options) *cobra.Command {
+	f := &acquireFlags{}
+	cmd := &cobra.Command{
+		Use:   "acquire LOCK --holder ID [--ttl 15s] [--wait 30s]",
+		Short: "Wait for the lock and print the epoch",
+		Long: `acquire queues for LOCK, waits until it holds it and prints the epoch.
+
+The lease is not renewed after this command exits: it expires after --ttl
+unless your process renews the backing Lease (or use 'kubectl fence run').`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			lc, _, ns, err := o.clients()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.context(cmd.Context())
+			defer cancel()
+			l, err := lc.Acquire(ctx, args[0], f.holder, lease.Options{RequestID: f.requestID, TTL: f.ttl})
+			if err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("timed out after %v waiting for lock %s/%s (left the queue)", f.wait, ns, args[0])
+				}
+				return err
+			}
+			r := result{Namespace: ns, Lock: l.Lock, Holder: l.Holder, Claim: l.ClaimName, UID: string(l.UID), Epoch: l.Epoch, TTL: l.TTL.String()}
+			return printResult(o, f.output, r, func() { out(o.streams.Out, "%d\n", l.Epoch) })
+		},
+	}
+	f.bind(cmd)
+	cmd.Flags().StringVarP(&f.output, "output", "o", "", "Output format: json or yaml (default: the epoch alone).")
+	return cmd
+}
+
+func printResult(o *options, format string, v any, plain func()) error {
+	switch format {
+	case "":
+		plain()
+		return nil
+	case "json":
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		out(o.streams.Out, "%s\n", b)
+		return nil
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		out(o.streams.Out, "%s", b)
+		return nil
+	}
+	return fmt.Errorf("unknown output format %q: use json or yaml", format)
+}

@@ -1,0 +1,137 @@
+package fencecli_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+func fence(ns string, args ...string) *exec.Cmd {
+	return exec.Command(plugin, append([]string{"--kubeconfig", kubeconfig, "-n", ns}, args...)...)
+}
+
+func claimsIn(ns string) []fkv1.FencedLease {
+	var list fkv1.FencedLeaseList
+	ExpectWithOffset(1, admin.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+	return list.Items
+}
+
+var _ = Describe("kubectl fence", func() {
+	var ns, dir string
+	BeforeEach(func() {
+		var err error
+		ns, err = envtestutil.NewNamespace(ctx, admin, "plugin")
+		Expect(err).NotTo(HaveOccurred())
+		dir = GinkgoT().TempDir()
+	})
+
+	It("runs CMD holding the lock with the epoch in its environment, signals it on loss, and releases when it exits", func() {
+		script := `echo "$FENCEKEEPER_EPOCH $FENCEKEEPER_LOCK $FENCEKEEPER_HOLDER $FENCEKEEPER_CLAIM" > env.txt
+trap 'echo lost > term.txt; exit 7' TERM
+while true; do sleep 0.1; done`
+		run := fence(ns, "run", "report-2026-07", "--holder", "W1", "--ttl", "5s", "--grace", "5s", "--", "sh", "-c", script)
+		run.Dir = dir
+		var stderr bytes.Buffer
+		run.Stderr = &stderr
+		Expect(run.Start()).To(Succeed())
+		done := make(chan error, 1)
+		go func() { done <- run.Wait() }()
+
+		Eventually(func() string { b, _ := os.ReadFile(filepath.Join(dir, "env.txt")); return string(b) }, 30*time.Second).
+			Should(MatchRegexp(`^1 report-2026-07 W1 report-2026-07-[0-9a-f]{12}\n$`))
+		Expect(claimsIn(ns)).To(HaveLen(1))
+
+		By("status shows the holder and the queue")
+		w := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w2"},
+			Spec: fkv1.FencedLeaseSpec{LockName: "report-2026-07", HolderIdentity: "W2"}}
+		Expect(admin.Create(ctx, w)).To(Succeed())
+		Eventually(func() string {
+			out, _ := fence(ns, "status", "report-2026-07").Output()
+			return string(out)
+		}, 10*time.Second).Should(MatchRegexp(`report-2026-07\s+W1\s+1\s+~\d+s\s+1 waiting \[W2\]`))
+
+		By("the lease is lost: someone deletes the claim")
+		Expect(admin.DeleteAllOf(ctx, &fkv1.FencedLease{}, client.InNamespace(ns), client.MatchingFields{"metadata.name": claimsIn(ns)[0].Name})).To(Succeed())
+		var err error
+		Eventually(done, 30*time.Second).Should(Receive(&err))
+		Expect(err).To(HaveOccurred())
+		var ee *exec.ExitError
+		Expect(errors.As(err, &ee)).To(BeTrue())
+		Expect(ee.ExitCode()).To(Equal(7), "run returns CMD's exit code; stderr: %s", stderr.String())
+		Expect(os.ReadFile(filepath.Join(dir, "term.txt"))).To(Equal([]byte("lost\n")))
+		Expect(stderr.String()).To(ContainSubstring("lost"))
+	})
+
+	It("releases the lock when CMD exits and passes its exit code through", func() {
+		run := fence(ns, "run", "batch", "--holder", "job-1", "--", "sh", "-c", "test \"$FENCEKEEPER_EPOCH\" = 1 && exit 3")
+		err := run.Run()
+		Expect(err).To(HaveOccurred())
+		var ee *exec.ExitError
+		Expect(errors.As(err, &ee)).To(BeTrue())
+		Expect(ee.ExitCode()).To(Equal(3))
+		Eventually(func() []fkv1.FencedLease { return claimsIn(ns) }, 10*time.Second).Should(BeEmpty())
+
+		out, err := fence(ns, "run", "batch", "--holder", "job-2", "--", "sh", "-c", "echo epoch=$FENCEKEEPER_EPOCH").Output()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(out)).To(Equal("epoch=2\n"))
+	})
+
+	It("acquires and prints the epoch, as JSON too, and releases by claim name", func() {
+		out, err := fence(ns, "acquire", "report", "--holder", "W1", "--ttl", "60s").Output()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(strings.TrimSpace(string(out))).To(Equal("1"))
+
+		By("a second holder times out in the queue and leaves it")
+		cmd := fence(ns, "acquire", "report", "--holder", "W2", "--wait", "1s")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		Expect(cmd.Run()).NotTo(Succeed())
+		Expect(stderr.String()).To(ContainSubstring("timed out after 1s waiting for lock " + ns + "/report (left the queue)"))
+		Eventually(func() []fkv1.FencedLease { return claimsIn(ns) }, 5*time.Second).Should(HaveLen(1))
+
+		claim := claimsIn(ns)[0].Name
+		out, err = fence(ns, "release", claim).Output()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(out)).To(ContainSubstring("released " + ns + "/" + claim))
+
+		out, err = fence(ns, "acquire", "report", "--holder", "W3", "-o", "json").Output()
+		Expect(err).NotTo(HaveOccurred())
+		var r map[string]any
+		Expect(json.Unmarshal(out, &r)).To(Succeed())
+		Expect(r).To(HaveKeyWithValue("epoch", BeNumerically("==", 2)))
+		Expect(r).To(HaveKeyWithValue("holder", "W3"))
+	})
+
+	It("explains bad input and unknown locks", func() {
+		cmd := fence(ns, "status", "nope")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		Expect(cmd.Run()).NotTo(Succeed())
+		Expect(stderr.String()).To(ContainSubstring("no such lock " + ns + "/nope"))
+
+		stderr.Reset()
+		cmd = fence(ns, "run", "x", "--signal", "SIGFOO", "--", "true")
+		cmd.Stderr = &stderr
+		Expect(cmd.Run()).NotTo(Succeed())
+		Expect(stderr.String()).To(ContainSubstring(`unknown --signal "SIGFOO"`))
+
+		stderr.Reset()
+		cmd = fence(ns, "acquire", "Bad_Lock")
+		cmd.Stderr = &stderr
+		Expect(cmd.Run()).NotTo(Succeed())
+		Expect(stderr.String()).To(ContainSubstring("invalid lock name"))
+	})
+})

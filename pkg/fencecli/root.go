@@ -1,0 +1,118 @@
+// Package fencecli implements `kubectl fence`: acquire, run, status and
+// release fencekeeper locks from a shell, the way `etcdctl lock` and
+// `consul lock` work.
+package fencecli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
+)
+
+// Streams are the command's standard streams.
+type Streams = genericclioptions.IOStreams
+
+type options struct {
+	flags   *genericclioptions.ConfigFlags
+	streams Streams
+}
+
+// NewCommand returns the `kubectl fence` command tree.
+func NewCommand(streams Streams) *cobra.Command {
+	o := &options{flags: genericclioptions.NewConfigFlags(true), streams: streams}
+	root := &cobra.Command{
+		Use:   "kubectl-fence",
+		Short: "Acquire, hold and inspect fencekeeper locks",
+		Long: `kubectl fence works with fencekeeper locks: a FencedLease claim per holder,
+granted one at a time with a strictly increasing epoch (fencing token).
+
+Every write to an object fenced by the lock must carry the epoch
+(annotation fencekeeper.io/epoch); the object refuses older epochs.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	o.flags.AddFlags(root.PersistentFlags())
+	root.AddCommand(newAcquireCommand(o), newRunCommand(o), newStatusCommand(o), newReleaseCommand(o))
+	return root
+}
+
+// Main runs the command and returns the process exit code.
+func Main(args []string, streams Streams) int {
+	cmd := NewCommand(streams)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	var exit exitCode
+	if errors.As(err, &exit) {
+		return int(exit)
+	}
+	if err != nil {
+		fmt.Fprintln(streams.ErrOut, "error:", explain(err))
+		return 1
+	}
+	return 0
+}
+
+// exitCode is returned by `run` to pass the child's exit code through.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func (o *options) restConfig() (*rest.Config, error) {
+	cfg, err := o.flags.ToRESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no Kubernetes connection (--kubeconfig, --context or KUBECONFIG): %w", err)
+	}
+	return cfg, nil
+}
+
+func (o *options) namespace() (string, error) {
+	ns, _, err := o.flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return "", err
+	}
+	return ns, nil
+}
+
+func (o *options) clients() (*lease.Client, client.WithWatch, string, error) {
+	cfg, err := o.restConfig()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	ns, err := o.namespace()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: lease.Scheme()})
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return lease.NewClientFrom(c, ns), c, ns, nil
+}
+
+// explain turns common API errors into what to do about them.
+func explain(err error) string {
+	switch {
+	case apierrors.IsForbidden(err):
+		return fmt.Sprintf("%v\n(RBAC: your user needs create/get/watch/delete on fencedleases.fencekeeper.io and update on leases in this namespace)", err)
+	case meta.IsNoMatchError(err):
+		return fmt.Sprintf("%v\n(is fencekeeper installed? the FencedLease CRD was not found)", err)
+	}
+	return err.Error()
+}
+
+func out(w io.Writer, format string, args ...any) { fmt.Fprintf(w, format, args...) }
+
+func defaultHolder() string {
+	h, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", h, os.Getpid())
+}

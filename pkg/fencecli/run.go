@@ -1,0 +1,131 @@
+package fencecli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
+)
+
+var signals = map[string]syscall.Signal{
+	"SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT, "SIGHUP": syscall.SIGHUP,
+	"SIGKILL": syscall.SIGKILL, "SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2, "SIGQUIT": syscall.SIGQUIT,
+}
+
+func newRunCommand(o *options) *cobra.Command {
+	f := &acquireFlags{}
+	var sigName string
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "run LOCK [--holder ID] [--ttl 15s] [--signal SIGTERM] -- CMD [ARGS...]",
+		Short: "Hold the lock while CMD runs",
+		Long: `run waits for LOCK, then runs CMD while renewing the lease. CMD sees
+FENCEKEEPER_EPOCH, FENCEKEEPER_LOCK, FENCEKEEPER_HOLDER, FENCEKEEPER_CLAIM and
+FENCEKEEPER_NAMESPACE; it must stamp FENCEKEEPER_EPOCH on its writes to fenced
+objects. If the lease is lost, CMD gets --signal (then SIGKILL after --grace).
+When CMD exits the lock is released, and run exits with CMD's exit code.`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sig, ok := signals[sigName]
+			if !ok {
+				return fmt.Errorf("unknown --signal %q: use one of %v", sigName, sets.List(sets.KeySet(signals)))
+			}
+			if cmd.ArgsLenAtDash() != 1 {
+				return errors.New("usage: kubectl fence run LOCK [flags] -- CMD [ARGS...]")
+			}
+			lc, _, ns, err := o.clients()
+			if err != nil {
+				return err
+			}
+			sigCtx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			ctx, cancel := f.context(sigCtx)
+			defer cancel()
+			l, err := lc.Acquire(ctx, args[0], f.holder, lease.Options{RequestID: f.requestID, TTL: f.ttl})
+			if err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("gave up waiting for lock %s/%s (left the queue): %w", ns, args[0], ctx.Err())
+				}
+				return err
+			}
+			stop() // from here on, signals go to the child
+			return runHeld(o, l, ns, args[1:], sig, grace)
+		},
+	}
+	f.bind(cmd)
+	cmd.Flags().StringVar(&sigName, "signal", "SIGTERM", "Signal sent to CMD when the lease is lost.")
+	cmd.Flags().DurationVar(&grace, "grace", 10*time.Second, "After --signal, how long before SIGKILL.")
+	return cmd
+}
+
+func runHeld(o *options, l *lease.Lease, ns string, argv []string, sig syscall.Signal, grace time.Duration) error {
+	child := exec.Command(argv[0], argv[1:]...)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, o.streams.Out, o.streams.ErrOut
+	child.Env = append(os.Environ(),
+		"FENCEKEEPER_EPOCH="+strconv.FormatInt(l.Epoch, 10),
+		"FENCEKEEPER_LOCK="+l.Lock,
+		"FENCEKEEPER_HOLDER="+l.Holder,
+		"FENCEKEEPER_CLAIM="+l.ClaimName,
+		"FENCEKEEPER_NAMESPACE="+ns,
+	)
+	if err := child.Start(); err != nil {
+		_ = l.Release(context.Background())
+		return fmt.Errorf("starting %s: %w", argv[0], err)
+	}
+	out(o.streams.ErrOut, "kubectl-fence: holding %s/%s with epoch %d (claim %s); running %s\n", ns, l.Lock, l.Epoch, l.ClaimName, argv[0])
+
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+	forward := make(chan os.Signal, 1)
+	signal.Notify(forward, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(forward)
+
+	var waitErr error
+	lost := false
+loop:
+	for {
+		select {
+		case waitErr = <-exited:
+			break loop
+		case s := <-forward:
+			_ = child.Process.Signal(s)
+		case <-l.Done():
+			if l.State() != lease.Lost || lost {
+				continue
+			}
+			lost = true
+			out(o.streams.ErrOut, "kubectl-fence: lease on %s/%s lost (epoch %d); sending %v to %s\n", ns, l.Lock, l.Epoch, sig, argv[0])
+			_ = child.Process.Signal(sig)
+			go func() {
+				time.Sleep(grace)
+				_ = child.Process.Kill()
+			}()
+		}
+	}
+	relCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Release(relCtx); err != nil {
+		out(o.streams.ErrOut, "kubectl-fence: %v\n", err)
+	}
+	var ee *exec.ExitError
+	switch {
+	case waitErr == nil:
+		return nil
+	case errors.As(waitErr, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return exitCode(128 + int(ws.Signal()))
+		}
+		return exitCode(ee.ExitCode())
+	}
+	return waitErr
+}

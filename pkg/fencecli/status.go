@@ -1,0 +1,120 @@
+package fencecli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+// lockStatus is what status prints for one lock.
+type lockStatus struct {
+	Namespace string   `json:"namespace"`
+	Lock      string   `json:"lock"`
+	Holder    string   `json:"holder,omitempty"`
+	Claim     string   `json:"claim,omitempty"`
+	Epoch     int64    `json:"epoch"`
+	TTLLeft   string   `json:"ttlLeft,omitempty"`
+	Queue     []string `json:"queue"`
+}
+
+func newStatusCommand(o *options) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "status [LOCK]",
+		Short: "Show holder, epoch, time left and the queue of one lock or all locks in the namespace",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, c, ns, err := o.clients()
+			if err != nil {
+				return err
+			}
+			only := ""
+			if len(args) == 1 {
+				only = args[0]
+			}
+			locks, err := collectStatus(cmd.Context(), c, ns, only)
+			if err != nil {
+				return err
+			}
+			if only != "" && len(locks) == 0 {
+				return fmt.Errorf("no such lock %s/%s: no FencedLease names it and no Lease records it", ns, only)
+			}
+			return printResult(o, output, locks, func() {
+				tw := tabwriter.NewWriter(o.streams.Out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "LOCK\tHOLDER\tEPOCH\tTTL LEFT\tQUEUE")
+				for _, l := range locks {
+					holder, left := l.Holder, l.TTLLeft
+					if holder == "" {
+						holder, left = "<free>", "-"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d waiting %v\n", l.Lock, holder, l.Epoch, left, len(l.Queue), l.Queue)
+				}
+				_ = tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: json or yaml (default: a table).")
+	return cmd
+}
+
+func collectStatus(ctx context.Context, c client.Client, ns, only string) ([]lockStatus, error) {
+	var claims fkv1.FencedLeaseList
+	if err := c.List(ctx, &claims, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	byLock := map[string][]fkv1.FencedLease{}
+	for _, cl := range claims.Items {
+		if only == "" || cl.Spec.LockName == only {
+			byLock[cl.Spec.LockName] = append(byLock[cl.Spec.LockName], cl)
+		}
+	}
+	if _, ok := byLock[only]; only != "" && !ok {
+		byLock[only] = nil // a lock may exist with no claims left
+	}
+	var out []lockStatus
+	for lock, cls := range byLock {
+		st := lockStatus{Namespace: ns, Lock: lock, Queue: []string{}}
+		var l coordinationv1.Lease
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: lock}, &l)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		if err == nil && l.Labels[fkv1.LabelManagedBy] == fkv1.ManagedByValue {
+			st.Epoch, _ = strconv.ParseInt(l.Annotations[fkv1.AnnotationEpoch], 10, 64)
+			if l.Annotations[fkv1.AnnotationClaimUID] != "" && l.Spec.HolderIdentity != nil {
+				st.Holder, st.Claim = *l.Spec.HolderIdentity, l.Annotations[fkv1.AnnotationClaim]
+				if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil {
+					// A wall-clock estimate; the authority decides on its own clock.
+					left := time.Until(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second))
+					st.TTLLeft = fmt.Sprintf("~%s", left.Round(time.Second))
+				}
+			}
+		} else if len(cls) == 0 {
+			continue
+		}
+		sort.Slice(cls, func(i, j int) bool {
+			if !cls[i].CreationTimestamp.Equal(&cls[j].CreationTimestamp) {
+				return cls[i].CreationTimestamp.Before(&cls[j].CreationTimestamp)
+			}
+			return cls[i].Name < cls[j].Name
+		})
+		for _, cl := range cls {
+			if cl.Status.Phase == fkv1.PhasePending || cl.Status.Phase == "" {
+				st.Queue = append(st.Queue, cl.Spec.HolderIdentity)
+			}
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Lock < out[j].Lock })
+	return out, nil
+}
