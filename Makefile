@@ -85,6 +85,10 @@ run: tools build manifests ## Local control plane + CRD + manager in the foregro
 dev-up: tools build manifests ## The same in the background; kubeconfig at .dev/kubeconfig.
 	@hack/dev-up.sh
 
+.PHONY: demo
+demo: ## Replay the seed's report handoff with real processes (starts dev-up if needed).
+	@hack/demo.sh
+
 .PHONY: dev-down
 dev-down: ## Stop what dev-up started.
 	@hack/dev-down.sh

@@ -1,0 +1,278 @@
+// Command demo replays the seed article's report handoff (§23) with real
+// processes on the local control plane: W1 acquires report-2026-07 and is
+// paused (SIGSTOP) past its TTL, W2 takes over with the next epoch and
+// publishes, W1 resumes (SIGCONT), its publish is rejected as a stale owner,
+// it observes LOST and discards its result, W2 releases. It verifies the
+// report's watched history and exits non-zero on any deviation.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
+)
+
+const lock = "report-2026-07"
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "worker" {
+		fs := flag.NewFlagSet("worker", flag.ExitOnError)
+		kc := fs.String("kubeconfig", "", "")
+		ns := fs.String("namespace", "", "")
+		name := fs.String("name", "", "")
+		ttl := fs.Duration("ttl", 3*time.Second, "")
+		compute := fs.Duration("compute", 0, "")
+		hold := fs.Bool("hold", false, "")
+		_ = fs.Parse(os.Args[2:])
+		if err := worker(*kc, *ns, *name, lock, *ttl, *compute, *hold); err != nil {
+			emit(*name, "error", 0, err.Error())
+			os.Exit(1)
+		}
+		return
+	}
+	kubeconfig := flag.String("kubeconfig", ".dev/kubeconfig", "Kubeconfig of the local control plane (make dev-up).")
+	ttl := flag.Duration("ttl", 3*time.Second, "Lease TTL of the workers.")
+	flag.Parse()
+	if err := orchestrate(*kubeconfig, *ttl); err != nil {
+		fmt.Fprintf(os.Stderr, "\nDEMO FAILED: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Println("\nDEMO OK: W2's report stands; W1's late write never landed.")
+}
+
+type timeline struct {
+	mu    sync.Mutex
+	start time.Time
+	seen  []event
+	cond  *sync.Cond
+}
+
+func newTimeline() *timeline {
+	t := &timeline{start: time.Now()}
+	t.cond = sync.NewCond(&t.mu)
+	fmt.Printf("%-8s %-6s %-20s %-6s %s\n", "TIME", "ACTOR", "EVENT", "EPOCH", "DETAIL")
+	return t
+}
+
+func (t *timeline) add(e event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	epoch := ""
+	if e.Epoch > 0 {
+		epoch = fmt.Sprint(e.Epoch)
+	}
+	fmt.Printf("%7.2fs %-6s %-20s %-6s %s\n", time.Since(t.start).Seconds(), e.Actor, e.Event, epoch, e.Detail)
+	t.seen = append(t.seen, e)
+	t.cond.Broadcast()
+}
+
+// wait blocks until actor reported ev (or an error), up to d.
+func (t *timeline) wait(actor, ev string, d time.Duration) (event, error) {
+	deadline := time.Now().Add(d)
+	go func() { time.Sleep(d); t.cond.Broadcast() }()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for {
+		for _, e := range t.seen {
+			if e.Actor == actor && e.Event == ev {
+				return e, nil
+			}
+			if e.Actor == actor && e.Event == "error" {
+				return e, fmt.Errorf("%s failed: %s", actor, e.Detail)
+			}
+		}
+		if time.Now().After(deadline) {
+			return event{}, fmt.Errorf("%s did not report %q within %v", actor, ev, d)
+		}
+		t.cond.Wait()
+	}
+}
+
+func orchestrate(kubeconfig string, ttl time.Duration) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("no local control plane (%v): run 'make dev-up' first", err)
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: lease.Scheme()})
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	ns := fmt.Sprintf("demo-%d", time.Now().Unix())
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", ns, err)
+	}
+	defer cleanup(c, ns)
+
+	hist, err := c.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
+	if err != nil {
+		return err
+	}
+	var histMu sync.Mutex
+	var history []string
+	go func() {
+		for ev := range hist.ResultChan() {
+			if cm, ok := ev.Object.(*corev1.ConfigMap); ok && cm.Name == lock {
+				histMu.Lock()
+				history = append(history, fmt.Sprintf("epoch %s: %s", cm.Annotations[fkv1.AnnotationEpoch], cm.Data["report.csv"]))
+				histMu.Unlock()
+			}
+		}
+	}()
+	defer hist.Stop()
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	kc, _ := filepath.Abs(kubeconfig)
+	tl := newTimeline()
+	start := func(name string, extra ...string) (*exec.Cmd, error) {
+		args := append([]string{"worker", "--kubeconfig", kc, "--namespace", ns, "--name", name, "--ttl", ttl.String()}, extra...)
+		cmd := exec.Command(self, args...)
+		cmd.Stderr = os.Stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				var e event
+				if json.Unmarshal(sc.Bytes(), &e) == nil {
+					tl.add(e)
+				}
+			}
+		}()
+		return cmd, nil
+	}
+
+	// Last month's job left a report behind, written under the lock.
+	setup, err := lease.NewClientFrom(c, ns).Acquire(ctx, lock, "june-job", lease.Options{TTL: 30 * time.Second})
+	if err != nil {
+		return fmt.Errorf("setting up: %w", err)
+	}
+	if err := publish(ctx, c, setup, ns, lock, "report v10 by june-job"); err != nil {
+		return fmt.Errorf("setting up: %w", err)
+	}
+	if err := setup.Release(ctx); err != nil {
+		return err
+	}
+	tl.add(event{Actor: "demo", Event: "seeded report v10", Epoch: setup.Epoch, Detail: "by june-job, lock released"})
+
+	w1, err := start("W1", "--compute", "3s")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w1.Process.Signal(syscall.SIGCONT); _ = w1.Process.Kill() }()
+	a1, err := tl.wait("W1", "computing", 30*time.Second)
+	if err != nil {
+		return err
+	}
+	if err := w1.Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	tl.add(event{Actor: "demo", Event: "SIGSTOP W1", Detail: "a GC pause: no renewals, no code runs"})
+
+	w2, err := start("W2", "--hold")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w2.Process.Kill() }()
+	a2, err := tl.wait("W2", "acquired", 10*ttl+10*time.Second)
+	if err != nil {
+		return err
+	}
+	if a2.Epoch != a1.Epoch+1 {
+		return fmt.Errorf("W2 got epoch %d, want %d", a2.Epoch, a1.Epoch+1)
+	}
+	if _, err := tl.wait("W2", "published", 30*time.Second); err != nil {
+		return err
+	}
+	if err := w1.Process.Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	tl.add(event{Actor: "demo", Event: "SIGCONT W1", Detail: "W1 resumes, still believing it owns the report"})
+	if e, err := tl.wait("W1", "publish rejected", 30*time.Second); err != nil {
+		if _, ok := findEvent(tl, "W1", "published"); ok {
+			return fmt.Errorf("W1's stale write was ACCEPTED")
+		}
+		return err
+	} else if !strings.Contains(e.Detail, fmt.Sprintf("stale epoch %d", a1.Epoch)) {
+		return fmt.Errorf("W1's write was rejected for the wrong reason: %s", e.Detail)
+	}
+	if _, err := tl.wait("W1", "discarded result", 3*ttl); err != nil {
+		return err
+	}
+	if err := w1.Wait(); err != nil {
+		return fmt.Errorf("W1 exited with %v", err)
+	}
+	_ = w2.Process.Signal(syscall.SIGUSR1)
+	if _, err := tl.wait("W2", "released", 30*time.Second); err != nil {
+		return err
+	}
+	if err := w2.Wait(); err != nil {
+		return fmt.Errorf("W2 exited with %v", err)
+	}
+
+	time.Sleep(500 * time.Millisecond) // let the watch deliver the last version
+	histMu.Lock()
+	defer histMu.Unlock()
+	fmt.Println("\nThe report's history, as watched:")
+	for _, h := range history {
+		fmt.Println("   ", h)
+	}
+	if len(history) < 2 {
+		return fmt.Errorf("the report was not rewritten by W2 (history: %v)", history)
+	}
+	for _, h := range history[1:] {
+		if strings.Contains(h, "by W1") {
+			return fmt.Errorf("W1's result landed: %q", h)
+		}
+	}
+	if last := history[len(history)-1]; !strings.Contains(last, "by W2") {
+		return fmt.Errorf("the report's final version is not W2's: %q", last)
+	}
+	return nil
+}
+
+func findEvent(t *timeline, actor, ev string) (event, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.seen {
+		if e.Actor == actor && e.Event == ev {
+			return e, true
+		}
+	}
+	return event{}, false
+}
+
+// cleanup removes what the demo created (the local control plane runs no
+// namespace controller, so the namespace's objects are deleted explicitly).
+func cleanup(c client.Client, ns string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = c.DeleteAllOf(ctx, &fkv1.FencedLease{}, client.InNamespace(ns))
+	_ = c.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns))
+	_ = c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+}

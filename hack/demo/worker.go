@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
+)
+
+// event is one line a worker prints for the orchestrator's timeline.
+type event struct {
+	Actor  string `json:"actor"`
+	Event  string `json:"event"`
+	Epoch  int64  `json:"epoch,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func emit(actor, ev string, epoch int64, detail string) {
+	b, _ := json.Marshal(event{Actor: actor, Event: ev, Epoch: epoch, Detail: detail})
+	fmt.Println(string(b))
+}
+
+// worker is one report worker built on pkg/lease: acquire, read, compute,
+// publish with the epoch, and react to loss.
+func worker(kubeconfig, ns, name, lock string, ttl, compute time.Duration, holdUntilSignal bool) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: lease.Scheme()})
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	emit(name, "acquiring", 0, "lock "+lock)
+	l, err := lease.NewClientFrom(c, ns).Acquire(ctx, lock, name, lease.Options{
+		RequestID: name + "-" + lock, TTL: ttl,
+		OnTransition: func(t lease.Transition) {
+			if t.To == lease.Suspect || t.To == lease.Lost {
+				emit(name, "state "+string(t.To), 0, t.Reason)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	emit(name, "acquired", l.Epoch, "claim "+l.ClaimName)
+
+	var cm corev1.ConfigMap
+	err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: lock}, &cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: lock}}
+		emit(name, "read", l.Epoch, "no report yet")
+	case err != nil:
+		return err
+	default:
+		emit(name, "read", l.Epoch, "report says "+cm.Data["report.csv"])
+	}
+	result := fmt.Sprintf("report %s computed by %s", lock, name)
+	emit(name, "computing", l.Epoch, compute.String())
+	// The lease is checked here, before the long computation: the seed's
+	// point is that this check cannot protect the write that follows.
+	if l.State() != lease.Held {
+		return fmt.Errorf("lost the lease before computing")
+	}
+	time.Sleep(compute)
+
+	err = publish(ctx, c, l, ns, lock, result)
+	if errors.Is(err, lease.ErrStaleEpoch) {
+		emit(name, "publish rejected", l.Epoch, "stale_owner: "+apiMessage(err))
+		select {
+		case <-l.Done():
+		case <-time.After(2 * ttl):
+			return fmt.Errorf("the lease was not reported lost after the write was rejected")
+		}
+		emit(name, "discarded result", l.Epoch, "lease state "+string(l.State()))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("publishing: %w", err)
+	}
+	emit(name, "published", l.Epoch, result)
+	if holdUntilSignal {
+		s := make(chan os.Signal, 1)
+		signal.Notify(s, syscall.SIGUSR1)
+		<-s
+	}
+	if err := l.Release(ctx); err != nil {
+		return err
+	}
+	emit(name, "released", l.Epoch, "claim "+l.ClaimName)
+	return nil
+}
+
+func apiMessage(err error) string {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		return st.Status().Message
+	}
+	return err.Error()
+}
+
+// publish is a fresh read-modify-write stamped with the lease's epoch: it
+// passes optimistic concurrency (the resourceVersion is current), so only
+// the fence can refuse a stale owner.
+func publish(ctx context.Context, c client.Client, l *lease.Lease, ns, name, data string) error {
+	var cm corev1.ConfigMap
+	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm)
+	if apierrors.IsNotFound(err) {
+		cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"report.csv": data}}
+		return l.Create(ctx, c, &cm)
+	}
+	if err != nil {
+		return err
+	}
+	cm.Data = map[string]string{"report.csv": data}
+	return l.Update(ctx, c, &cm)
+}
