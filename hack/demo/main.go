@@ -108,7 +108,7 @@ func (t *timeline) wait(actor, ev string, d time.Duration) (event, error) {
 func orchestrate(kubeconfig string, ttl time.Duration) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return fmt.Errorf("no local control plane (%v): run 'make dev-up' first", err)
+		return fmt.Errorf("no local control plane: run 'make dev-up' first: %w", err)
 	}
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: lease.Scheme()})
 	if err != nil {
@@ -225,14 +225,14 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 		return err
 	}
 	if err := w1.Wait(); err != nil {
-		return fmt.Errorf("W1 exited with %v", err)
+		return fmt.Errorf("W1 exited with %w", err)
 	}
 	_ = w2.Process.Signal(syscall.SIGUSR1)
 	if _, err := tl.wait("W2", "released", 30*time.Second); err != nil {
 		return err
 	}
 	if err := w2.Wait(); err != nil {
-		return fmt.Errorf("W2 exited with %v", err)
+		return fmt.Errorf("W2 exited with %w", err)
 	}
 
 	time.Sleep(500 * time.Millisecond) // let the watch deliver the last version

@@ -1,0 +1,75 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"log"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
+)
+
+// A report worker: acquire by request ID, do the work under the lease's
+// context, publish with the epoch, and treat a stale-epoch refusal as the
+// signal to discard the result.
+func Example() {
+	cfg := config.GetConfigOrDie()
+	holders, err := lease.NewClient(cfg, "reports")
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: lease.Scheme()})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // how long to wait in the queue
+	defer cancel()
+	l, err := holders.Acquire(ctx, "report-2026-07", "W1", lease.Options{
+		RequestID: "monthly-report-2026-07", // a retry finds the same claim
+		TTL:       30 * time.Second,
+		OnTransition: func(t lease.Transition) {
+			log.Printf("lease %s -> %s: %s", t.From, t.To, t.Reason)
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = l.Release(context.Background()) }()
+
+	work := l.Context() // cancelled when the lease is lost
+	result := computeReport(work)
+
+	var cm corev1.ConfigMap
+	if err := c.Get(work, client.ObjectKey{Namespace: "reports", Name: "report-2026-07"}, &cm); err != nil {
+		log.Fatal(err)
+	}
+	cm.Data = map[string]string{"report.csv": result}
+	switch err := l.Update(context.Background(), c, &cm); {
+	case errors.Is(err, lease.ErrStaleEpoch):
+		log.Printf("a newer holder owns the report; discarding my result")
+	case err != nil:
+		log.Fatal(err)
+	}
+}
+
+func computeReport(ctx context.Context) string {
+	select {
+	case <-ctx.Done():
+		return ""
+	case <-time.After(time.Second):
+		return "v12"
+	}
+}
+
+// Stamp works on any object: typed, unstructured, or your own kinds.
+func ExampleStamp() {
+	cm := &corev1.ConfigMap{}
+	lease.Stamp(cm, "report-2026-07", 42)
+	_ = cm.Labels["fencekeeper.io/lock"]       // "report-2026-07"
+	_ = cm.Annotations["fencekeeper.io/epoch"] // "42"
+}
