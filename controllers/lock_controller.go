@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -50,6 +51,7 @@ type LockReconciler struct {
 // +kubebuilder:rbac:groups=fencekeeper.io,resources=fencedleases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // Reconcile brings one lock's Lease and claims in line: heal claim statuses
 // from the Lease, make at most one guarded Lease write (grant, release,
@@ -98,7 +100,11 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 	}
 
-	d := decide(r.snapshot(lock, lease, led, claims))
+	snap, err := r.snapshot(ctx, lock, lease, led, claims)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	d := decide(snap)
 	if d.writeLease {
 		written, err := r.writeLease(ctx, lock, lease, led, d)
 		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
@@ -202,14 +208,31 @@ func (r *LockReconciler) confirmHolder(ctx context.Context, lock types.Namespace
 	return claims, nil
 }
 
-func (r *LockReconciler) snapshot(lock types.NamespacedName, lease *coordinationv1.Lease, led ledger, claims []*fkv1.FencedLease) lockSnapshot {
+func (r *LockReconciler) snapshot(ctx context.Context, lock types.NamespacedName, lease *coordinationv1.Lease, led ledger, claims []*fkv1.FencedLease) (lockSnapshot, error) {
 	s := lockSnapshot{lockName: lock.Name, ledger: led, claims: claims, now: r.tracker.now()}
 	if lease != nil {
-		renew := ""
+		token := ""
 		if lease.Spec.RenewTime != nil {
-			renew = lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+			token = lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
 		}
-		s.renewSeenAt = r.tracker.observe(lock, led.holderUID, renew)
+		// A pod-held lease is renewed by the pod being live, not by writes.
+		live := podLive
+		holder := findClaim(claims, led.holderUID)
+		if holder != nil && podOwner(holder) != "" {
+			var err error
+			if live, err = r.podLiveness(ctx, lock.Namespace, holder); err != nil {
+				return s, err
+			}
+			token = fmt.Sprintf("pod:%d", live)
+			if live == podGone {
+				// Released at once: decide as if the claim were gone.
+				s.claims = withoutClaim(claims, holder.UID)
+			}
+		}
+		s.renewSeenAt = r.tracker.observe(lock, led.holderUID, token)
+		if holder != nil && podOwner(holder) != "" && live == podLive {
+			s.renewSeenAt = s.now
+		}
 		if lease.Spec.LeaseDurationSeconds != nil {
 			s.leaseDurationOnLease = *lease.Spec.LeaseDurationSeconds
 		}
@@ -219,7 +242,30 @@ func (r *LockReconciler) snapshot(lock types.NamespacedName, lease *coordination
 		r.tracker.raiseFloor(lock, c.Status.Epoch)
 	}
 	s.floor = r.tracker.floor(lock)
-	return s
+	return s, nil
+}
+
+// podLiveness reads the holder's pod from the (stripped) pod cache.
+func (r *LockReconciler) podLiveness(ctx context.Context, ns string, holder *fkv1.FencedLease) (podLiveness, error) {
+	var pod corev1.Pod
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: podOwner(holder)}, &pod)
+	if apierrors.IsNotFound(err) {
+		return podGone, nil
+	}
+	if err != nil {
+		return podNotLive, err
+	}
+	return livenessOf(&pod, podOwnerUID(holder)), nil
+}
+
+func withoutClaim(claims []*fkv1.FencedLease, uid types.UID) []*fkv1.FencedLease {
+	out := make([]*fkv1.FencedLease, 0, len(claims))
+	for _, c := range claims {
+		if c.UID != uid {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // syncStatuses patches each claim whose derived status differs from what it
@@ -278,7 +324,7 @@ func (r *LockReconciler) recordClaimTransition(ctx context.Context, c *fkv1.Fenc
 	}
 	log.FromContext(ctx).Info("claim "+transition, "claim", c.Name, "holder", c.Spec.HolderIdentity,
 		"epoch", c.Status.Epoch, "phase", c.Status.Phase)
-	var related *coordinationv1.Lease
+	var related runtime.Object // a typed nil would not be nil here
 	if lease != nil {
 		related = lease
 	}

@@ -58,10 +58,10 @@ var _ = AfterSuite(func() {
 // writeCounter counts the writes a manager sends to Leases and FencedLeases,
 // at the HTTP layer, the way the apiserver's request metrics would.
 type writeCounter struct {
-	leases, claims atomic.Int64
+	leases, claims, pods atomic.Int64
 }
 
-func (w *writeCounter) total() int64 { return w.leases.Load() + w.claims.Load() }
+func (w *writeCounter) total() int64 { return w.leases.Load() + w.claims.Load() + w.pods.Load() }
 
 type countingTransport struct {
 	next http.RoundTripper
@@ -75,6 +75,8 @@ func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			t.w.claims.Add(1)
 		case strings.Contains(req.URL.Path, "/leases"):
 			t.w.leases.Add(1)
+		case strings.Contains(req.URL.Path, "/pods"):
+			t.w.pods.Add(1)
 		}
 	}
 	return t.next.RoundTrip(req)
@@ -95,11 +97,13 @@ func (m *runningManager) Stop() {
 // startManager starts a manager without leader election, as a separate
 // replica would run: its own cache, clock and memory.
 func startManager(conflictRecheck time.Duration) *runningManager {
+	return startManagerWith(envtestutil.ManagerOptions{ConflictRecheck: conflictRecheck})
+}
+
+func startManagerWith(o envtestutil.ManagerOptions) *runningManager {
 	w := &writeCounter{}
-	m, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{
-		WrapTransport:   func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, w: w} },
-		ConflictRecheck: conflictRecheck,
-	})
+	o.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, w: w} }
+	m, err := envtestutil.StartManager(cfg, o)
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	return &runningManager{Manager: m, writes: w, mgr: m.Mgr}
 }

@@ -67,3 +67,30 @@ func (f *FencedLease) LeaseDurationSeconds() int32 {
 	}
 	return *f.Spec.LeaseDurationSeconds
 }
+
+// Pod-held leases (DESIGN §4).
+const (
+	// AnnotationLease on a pod requests the named lock.
+	AnnotationLease = Prefix + "lease"
+	// AnnotationLeaseDuration on a pod sets the claim's TTL in seconds.
+	AnnotationLeaseDuration = Prefix + "lease-duration-seconds"
+	// AnnotationLeaseState on a pod is Pending, Held or Lost.
+	AnnotationLeaseState = Prefix + "lease-state"
+	// PodConditionLeaseHeld is the pod condition (usable as a readiness gate).
+	PodConditionLeaseHeld = Prefix + "lease-held"
+	// LabelPodUID marks a claim made for a pod (the pod's UID).
+	LabelPodUID = Prefix + "pod-uid"
+)
+
+// Pod lease states.
+const (
+	LeaseStatePending = "Pending"
+	LeaseStateHeld    = "Held"
+	LeaseStateLost    = "Lost"
+)
+
+// Pod condition reasons.
+const (
+	ReasonInvalidLeaseRequest = "InvalidLeaseRequest"
+	ReasonPodNotLive          = "PodNotLive"
+)

@@ -89,6 +89,13 @@ func main() {
 		log.Error(err, "unable to set up the lock controller")
 		os.Exit(1)
 	}
+	if err := (&controllers.PodLeaseReconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("fencekeeper"),
+	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: concurrency}); err != nil {
+		log.Error(err, "unable to set up the pod-lease controller")
+		os.Exit(1)
+	}
 	if enableWebhook {
 		fencingwebhook.SetupWithManager(mgr)
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {

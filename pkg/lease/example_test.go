@@ -28,7 +28,6 @@ func Example() {
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // how long to wait in the queue
-	defer cancel()
 	l, err := holders.Acquire(ctx, "report-2026-07", "W1", lease.Options{
 		RequestID: "monthly-report-2026-07", // a retry finds the same claim
 		TTL:       30 * time.Second,
@@ -36,6 +35,7 @@ func Example() {
 			log.Printf("lease %s -> %s: %s", t.From, t.To, t.Reason)
 		},
 	})
+	cancel()
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -38,6 +38,8 @@ type ManagerOptions struct {
 	ConflictRecheck time.Duration
 	// Webhook, when set, serves the fencing webhook where envtest registered it.
 	Webhook *envtest.WebhookInstallOptions
+	// SyncPeriod of the cache (0: controller-runtime's default).
+	SyncPeriod time.Duration
 }
 
 // Manager is one fencekeeper manager running in the test process, the way a
@@ -52,6 +54,7 @@ type Manager struct {
 // StartManager starts a manager and waits for its caches (and webhook server).
 func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 	mcfg := rest.CopyConfig(cfg)
+	mcfg.QPS, mcfg.Burst = 1000, 2000
 	if o.WrapTransport != nil {
 		mcfg.WrapTransport = o.WrapTransport
 	}
@@ -60,6 +63,9 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 		Cache:                  controllers.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+	}
+	if o.SyncPeriod > 0 {
+		opts.Cache.SyncPeriod = &o.SyncPeriod
 	}
 	if o.Webhook != nil {
 		opts.WebhookServer = crwebhook.NewServer(crwebhook.Options{
@@ -76,7 +82,13 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 		APIReader:       mgr.GetAPIReader(),
 		Recorder:        mgr.GetEventRecorder("fencekeeper"),
 		ConflictRecheck: o.ConflictRecheck,
-	}).SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: 4}); err != nil {
+	}).SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: 4, RecoverPanic: ptr.To(false)}); err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := (&controllers.PodLeaseReconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("fencekeeper"),
+	}).SetupWithManager(mgr, controller.Options{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: 4, RecoverPanic: ptr.To(false)}); err != nil {
 		cancel()
 		return nil, err
 	}

@@ -1,0 +1,275 @@
+package controllers_test
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+// leasePod creates a pod asking for lock, and plays the kubelet: Running
+// with its containers ready.
+func leasePod(ns, name, lock, ttl string, ready bool, tweak ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{fkv1.AnnotationLease: lock}},
+		Spec: corev1.PodSpec{
+			Containers:     []corev1.Container{{Name: "app", Image: "example.com/report-worker:1"}},
+			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: fkv1.PodConditionLeaseHeld}},
+		},
+	}
+	if ttl != "" {
+		p.Annotations[fkv1.AnnotationLeaseDuration] = ttl
+	}
+	for _, t := range tweak {
+		t(p)
+	}
+	ExpectWithOffset(1, k8s.Create(ctx, p)).To(Succeed())
+	setReady(p, ready)
+	return p
+}
+
+// setReady sets the pod's status the way the kubelet would.
+func setReady(p *corev1.Pod, ready bool) {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	EventuallyWithOffset(1, func() error {
+		var cur corev1.Pod
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), &cur); err != nil {
+			return err
+		}
+		cur.Status.Phase = corev1.PodRunning
+		set := false
+		for i := range cur.Status.Conditions {
+			if cur.Status.Conditions[i].Type == corev1.ContainersReady {
+				cur.Status.Conditions[i].Status, set = status, true
+			}
+		}
+		if !set {
+			cur.Status.Conditions = append(cur.Status.Conditions, corev1.PodCondition{Type: corev1.ContainersReady, Status: status, LastTransitionTime: metav1.Now()})
+		}
+		return k8s.Status().Update(ctx, &cur)
+	}, 10*time.Second).Should(Succeed())
+}
+
+func podLease(ns, name string) (state, epoch string, cond *corev1.PodCondition) {
+	var p corev1.Pod
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+		return "", "", nil
+	}
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == fkv1.PodConditionLeaseHeld {
+			cond = &p.Status.Conditions[i]
+		}
+	}
+	return p.Annotations[fkv1.AnnotationLeaseState], p.Annotations[fkv1.AnnotationEpoch], cond
+}
+
+func stateOf(ns, name string) func() string {
+	return func() string { s, e, _ := podLease(ns, name); return s + "/" + e }
+}
+
+// holders returns the pods of pods whose lease-state is Held.
+func holders(ns string, pods []*corev1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		if s, _, _ := podLease(ns, p.Name); s == fkv1.LeaseStateHeld {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+var _ = Describe("Pod-held leases", func() {
+	var (
+		ns  string
+		mgr *runningManager
+	)
+	BeforeEach(func() {
+		ns = newNamespace()
+		mgr = startManager(time.Second)
+		DeferCleanup(func() { mgr.Stop() })
+	})
+
+	It("grants one of three contending pods; unready past the TTL hands over; deletion hands over at once", func() {
+		var pods []*corev1.Pod
+		for i := 0; i < 3; i++ {
+			pods = append(pods, leasePod(ns, fmt.Sprintf("report-worker-%d", i), "report-2026-07", "2", true))
+		}
+		byName := map[string]*corev1.Pod{}
+		for _, p := range pods {
+			byName[p.Name] = p
+		}
+		oneHolder := func() string {
+			var h string
+			EventuallyWithOffset(1, func() []string { return holders(ns, pods) }, 10*time.Second).Should(HaveLen(1))
+			h = holders(ns, pods)[0]
+			ConsistentlyWithOffset(1, func() []string { return holders(ns, pods) }, time.Second).Should(Equal([]string{h}))
+			return h
+		}
+		h0 := oneHolder()
+		Expect(stateOf(ns, h0)()).To(Equal("Held/1"))
+		_, _, cond := podLease(ns, h0)
+		Expect(cond.Status).To(Equal(corev1.ConditionTrue))
+		for _, p := range pods {
+			if p.Name != h0 {
+				Expect(stateOf(ns, p.Name)()).To(Equal("Pending/"))
+				_, _, cond = podLease(ns, p.Name)
+				Expect(cond.Status).To(Equal(corev1.ConditionFalse))
+			}
+		}
+
+		By("the holder's containers stop being ready: after its 2s TTL another pod holds epoch 2")
+		unreadyAt := time.Now()
+		setReady(byName[h0], false)
+		Eventually(func() []string {
+			return holders(ns, pods)
+		}, 10*time.Second).Should(And(HaveLen(1), Not(ContainElement(h0))))
+		h1 := oneHolder()
+		Expect(time.Since(unreadyAt)).To(BeNumerically(">=", 1500*time.Millisecond), "taken over before the TTL")
+		Expect(stateOf(ns, h1)()).To(Equal("Held/2"))
+		Eventually(stateOf(ns, h0), 5*time.Second).Should(Equal("Lost/1"), "the epoch annotation keeps the last epoch held")
+
+		By("the holder pod is deleted: the last pod holds at once, long before a TTL")
+		Expect(k8s.Delete(ctx, byName[h1])).To(Succeed())
+		var h2 string
+		for _, p := range pods {
+			if p.Name != h0 && p.Name != h1 {
+				h2 = p.Name
+			}
+		}
+		Eventually(stateOf(ns, h2), 10*time.Second).Should(Equal("Held/3"))
+
+		By("the first holder is ready again: it contends again with a fresh claim")
+		setReady(byName[h0], true)
+		Expect(k8s.Delete(ctx, byName[h2])).To(Succeed())
+		Eventually(stateOf(ns, h0), 10*time.Second).Should(Equal("Held/4"))
+	})
+
+	It("releases at once when a pod starts terminating (grace period) and when its annotation is removed", func() {
+		onNode := func(p *corev1.Pod) { p.Spec.NodeName = "node-1" } // graceful deletion needs a node
+		a := leasePod(ns, "a", "job", "300", true, onNode)
+		Eventually(stateOf(ns, "a"), 10*time.Second).Should(Equal("Held/1"))
+		b := leasePod(ns, "b", "job", "300", true)
+		Eventually(stateOf(ns, "b"), 10*time.Second).Should(Equal("Pending/"))
+
+		By("deleting a pod that is on a node: it stays, terminating, for its grace period")
+		Expect(k8s.Delete(ctx, a, client.GracePeriodSeconds(300))).To(Succeed())
+		var term corev1.Pod
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(a), &term)).To(Succeed())
+		Expect(term.DeletionTimestamp).NotTo(BeNil())
+		Eventually(stateOf(ns, "b"), 10*time.Second).Should(Equal("Held/2"))
+		Eventually(stateOf(ns, "a"), 10*time.Second).Should(Equal("Lost/1"))
+
+		By("removing the annotation gives the claim up")
+		leasePod(ns, "c", "job", "300", true)
+		Eventually(stateOf(ns, "c"), 10*time.Second).Should(Equal("Pending/"))
+		Expect(k8s.Patch(ctx, b, client.RawPatch("application/merge-patch+json",
+			[]byte(`{"metadata":{"annotations":{"fencekeeper.io/lease":null}}}`)))).To(Succeed())
+		Eventually(stateOf(ns, "c"), 10*time.Second).Should(Equal("Held/3"))
+		Eventually(stateOf(ns, "b"), 10*time.Second).Should(Equal("Lost/2"))
+		Eventually(func() int {
+			var list fkv1.FencedLeaseList
+			Expect(k8s.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{fkv1.LabelPodUID: string(b.UID)})).To(Succeed())
+			return len(list.Items)
+		}, 10*time.Second).Should(BeZero())
+	})
+
+	It("leaves a pod with a bad request untouched but for an Event and a clear condition", func() {
+		leasePod(ns, "bad-lock", "Not_A_Lock", "", true)
+		leasePod(ns, "bad-ttl", "report", "forever", true)
+		for name, want := range map[string]string{
+			"bad-lock": `annotation fencekeeper.io/lease="Not_A_Lock" is not a valid lock name`,
+			"bad-ttl":  `annotation fencekeeper.io/lease-duration-seconds="forever" must be a whole number of seconds in 1..86400`,
+		} {
+			Eventually(func() string {
+				_, _, c := podLease(ns, name)
+				if c == nil {
+					return ""
+				}
+				return c.Reason + ": " + c.Message
+			}, 10*time.Second).Should(HavePrefix(fkv1.ReasonInvalidLeaseRequest + ": " + want))
+			s, e, _ := podLease(ns, name)
+			Expect(s + e).To(BeEmpty())
+		}
+		Eventually(func() []string {
+			var evs eventsv1.EventList
+			Expect(k8s.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+			var out []string
+			for _, e := range evs.Items {
+				out = append(out, e.Regarding.Name+"/"+e.Reason)
+			}
+			return out
+		}, 10*time.Second).Should(ContainElements("bad-lock/"+fkv1.ReasonInvalidLeaseRequest, "bad-ttl/"+fkv1.ReasonInvalidLeaseRequest))
+		var list fkv1.FencedLeaseList
+		Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+		Expect(list.Items).To(BeEmpty())
+	})
+
+	It("names claims deterministically and validly for long pod names", func() {
+		long := "worker-"
+		for len(long) < 240 {
+			long += "abcdefghij"
+		}
+		p := leasePod(ns, long, "report", "", true)
+		Eventually(stateOf(ns, p.Name), 10*time.Second).Should(Equal("Held/1"))
+		var list fkv1.FencedLeaseList
+		Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+		Expect(list.Items).To(HaveLen(1))
+		Expect(len(list.Items[0].Name)).To(BeNumerically("<=", 253))
+		Expect(list.Items[0].OwnerReferences[0].UID).To(Equal(p.UID))
+	})
+})
+
+var _ = Describe("Pod-held leases at rest", func() {
+	It("cost no API writes over a resync with 1,000 idle pod-held leases", func() {
+		ns := newNamespace()
+		m := startManagerWith(envtestutil.ManagerOptions{ConflictRecheck: time.Second, SyncPeriod: 5 * time.Second})
+		DeferCleanup(func() { m.Stop() })
+		const n = 1000
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer GinkgoRecover()
+				defer wg.Done()
+				defer func() { <-sem }()
+				leasePod(ns, "idle-"+strconv.Itoa(i), "lock-"+strconv.Itoa(i), "5", true)
+			}()
+		}
+		wg.Wait()
+		Eventually(func() int {
+			var pods corev1.PodList
+			Expect(k8s.List(ctx, &pods, client.InNamespace(ns))).To(Succeed())
+			held := 0
+			for _, p := range pods.Items {
+				if p.Annotations[fkv1.AnnotationLeaseState] == fkv1.LeaseStateHeld {
+					held++
+				}
+			}
+			return held
+		}, 3*time.Minute, time.Second).Should(Equal(n))
+		time.Sleep(2 * time.Second) // let the last status writes settle
+		before := m.writes.total()
+		By(fmt.Sprintf("%d writes to grant %d pod leases; now watching two resyncs and two TTLs", before, n))
+		Consistently(m.writes.total, 12*time.Second, time.Second).Should(Equal(before))
+		var pods corev1.PodList
+		Expect(k8s.List(ctx, &pods, client.InNamespace(ns))).To(Succeed())
+		for _, p := range pods.Items {
+			Expect(p.Annotations[fkv1.AnnotationLeaseState]).To(Equal(fkv1.LeaseStateHeld), p.Name)
+		}
+	})
+})
