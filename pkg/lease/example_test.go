@@ -46,14 +46,15 @@ func Example() {
 
 	var cm corev1.ConfigMap
 	if err := c.Get(work, client.ObjectKey{Namespace: "reports", Name: "report-2026-07"}, &cm); err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		return
 	}
 	cm.Data = map[string]string{"report.csv": result}
 	switch err := l.Update(context.Background(), c, &cm); {
 	case errors.Is(err, lease.ErrStaleEpoch):
 		log.Printf("a newer holder owns the report; discarding my result")
 	case err != nil:
-		log.Fatal(err)
+		log.Print(err)
 	}
 }
 
