@@ -5,11 +5,14 @@ SHELL := /usr/bin/env bash
 ROOT := $(abspath .)
 BIN := $(ROOT)/bin
 GO ?= go
+# One set of build flags for `make build` and the image (Dockerfile).
+GO_BUILD_FLAGS ?= -trimpath -ldflags=-s -ldflags=-w
+IMG ?= ghcr.io/fencekeeper/fencekeeper:dev
+CONTAINER_TOOL ?= docker
 GINKGO_FLAGS ?=
 TEST_TIMEOUT ?= 30m
 
 CONTROLLER_GEN := $(BIN)/controller-gen
-TOOLS := $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kubectl $(BIN)/controller-gen
 
 # envtest finds etcd, kube-apiserver and kubectl here; nothing is downloaded.
 export KUBEBUILDER_ASSETS := $(BIN)
@@ -20,11 +23,12 @@ all: build
 ##@ Tools (built from the Go module proxy into bin/, only when missing or re-pinned)
 
 .PHONY: tools
-tools: ## Build kube-apiserver, etcd, kubectl and controller-gen into bin/.
+tools: ## Build kube-apiserver, etcd, kubectl, controller-gen and helm into bin/.
 	@hack/build-tool.sh controller-gen
 	@hack/build-tool.sh etcd
 	@hack/build-tool.sh kube-apiserver
 	@hack/build-tool.sh kubectl
+	@hack/build-tool.sh helm
 
 .PHONY: controller-gen
 controller-gen:
@@ -37,6 +41,8 @@ manifests: controller-gen ## Generate the CRD, RBAC and webhook configuration in
 	$(CONTROLLER_GEN) rbac:roleName=fencekeeper-manager crd paths="./api/..." paths="./controllers/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	$(GO) run ./hack/gen-webhook --out config/webhook/manifests.yaml
+	hack/sync-chart.sh
+	$(GO) run ./hack/gen-chart-readme charts/fencekeeper
 
 .PHONY: generate
 generate: controller-gen ## Generate deepcopy functions.
@@ -44,16 +50,20 @@ generate: controller-gen ## Generate deepcopy functions.
 
 .PHONY: verify-gen
 verify-gen: manifests generate ## Fail when a generated file is stale.
-	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
 		echo "generated files are stale; run 'make manifests generate' and commit:"; \
-		git status --porcelain -- api config; git --no-pager diff --stat -- api config; exit 1; fi
+		git status --porcelain -- api config charts; git --no-pager diff --stat -- api config charts; exit 1; fi
 
 ##@ Build
 
 .PHONY: build
 build: ## Build bin/manager and bin/kubectl-fence.
-	$(GO) build -o $(BIN)/manager ./cmd/manager
-	$(GO) build -o $(BIN)/kubectl-fence ./cmd/kubectl-fence
+	CGO_ENABLED=0 $(GO) build $(GO_BUILD_FLAGS) -o $(BIN)/manager ./cmd/manager
+	CGO_ENABLED=0 $(GO) build $(GO_BUILD_FLAGS) -o $(BIN)/kubectl-fence ./cmd/kubectl-fence
+
+.PHONY: docker-build
+docker-build: ## Build the manager image with $(CONTAINER_TOOL) (needs a container engine; none runs on the CI machines).
+	$(CONTAINER_TOOL) build --build-arg GO_BUILD_FLAGS="$(GO_BUILD_FLAGS)" -t $(IMG) .
 
 .PHONY: vet
 vet:

@@ -51,6 +51,7 @@ type LockReconciler struct {
 // +kubebuilder:rbac:groups=fencekeeper.io,resources=fencedleases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // Reconcile brings one lock's Lease and claims in line: heal claim statuses

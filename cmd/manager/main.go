@@ -5,13 +5,18 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
+	"path/filepath"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -40,6 +45,7 @@ func main() {
 		webhookPort            int
 		webhookCertDir         string
 		enableWebhook          bool
+		certs                  certOptions
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
@@ -52,6 +58,12 @@ func main() {
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the webhook server listens on.")
 	flag.StringVar(&webhookCertDir, "webhook-cert-dir", "",
 		"Directory with the webhook serving certificate (tls.crt, tls.key); default: controller-runtime's <tmp>/k8s-webhook-server/serving-certs.")
+	flag.BoolVar(&certs.enabled, "cert-rotation", false,
+		"Provision and rotate the webhook serving certificate in a Secret and keep the webhook configuration's caBundle current.")
+	flag.StringVar(&certs.namespace, "cert-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the certificate Secret and webhook Service (default $POD_NAMESPACE).")
+	flag.StringVar(&certs.secret, "cert-secret-name", "fencekeeper-webhook-cert", "Secret holding the webhook certificate.")
+	flag.StringVar(&certs.service, "webhook-service-name", "fencekeeper-webhook-service", "Service in front of the webhook (the certificate's DNS name).")
+	flag.StringVar(&certs.vwcfg, "webhook-config-name", "fencekeeper-fencing", "ValidatingWebhookConfiguration whose caBundle is kept current.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	// --kubeconfig is registered by controller-runtime's config package.
@@ -64,9 +76,21 @@ func main() {
 		fmt.Fprintf(os.Stderr, "error: no Kubernetes connection: %v\n(set --kubeconfig or KUBECONFIG, or run in a cluster)\n", err)
 		os.Exit(1)
 	}
+	if webhookCertDir == "" {
+		webhookCertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
+	}
+	certs.certDir = webhookCertDir
+	cacheOpts := controllers.CacheOptions()
+	if certs.enabled {
+		// The rotator reads its Secret through the cache: watch only that one.
+		cacheOpts.ByObject[&corev1.Secret{}] = cache.ByObject{
+			Namespaces: map[string]cache.Config{certs.namespace: {}},
+			Field:      fields.OneTermEqualSelector("metadata.name", certs.secret),
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Cache:                   controllers.CacheOptions(),
+		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
@@ -97,8 +121,20 @@ func main() {
 		os.Exit(1)
 	}
 	if enableWebhook {
-		fencingwebhook.SetupWithManager(mgr)
-		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		ready, err := setupCertRotation(mgr, certs)
+		if err != nil {
+			log.Error(err, "unable to set up webhook certificate rotation")
+			os.Exit(1)
+		}
+		// The webhook server starts only once its certificate exists.
+		server := mgr.GetWebhookServer
+		go func() {
+			<-ready
+			fencingwebhook.SetupWithManager(mgr)
+		}()
+		if err := mgr.AddReadyzCheck("webhook", readyAfter(ready, func(r *http.Request) error {
+			return server().StartedChecker()(r)
+		})); err != nil {
 			log.Error(err, "unable to add webhook ready check")
 			os.Exit(1)
 		}

@@ -37,21 +37,43 @@ const ManagerUser = "fencekeeper-manager"
 // certificate (in WebhookInstallOptions.LocalServingCertDir) and points the
 // configuration at LocalServingHost:LocalServingPort.
 func WithFencingWebhook(env *envtest.Environment, guarded []string) error {
-	g, err := webhook.ParseGuardedResources(guarded)
+	cfg, err := localWebhookConfig(guarded)
 	if err != nil {
 		return err
 	}
-	cfg := webhook.FencingWebhookConfiguration(webhook.ConfigOptions{
+	env.WebhookInstallOptions.ValidatingWebhooks = append(env.WebhookInstallOptions.ValidatingWebhooks, cfg)
+	env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
+	return nil
+}
+
+// LocalWebhook returns install options for the fencing webhook on an already
+// running control plane; call Install(cfg) to generate the certificate and
+// register it, Cleanup to remove the certificate directory.
+func LocalWebhook(_ *envtest.Environment, guarded []string) *envtest.WebhookInstallOptions {
+	cfg, err := localWebhookConfig(guarded)
+	if err != nil {
+		panic(err)
+	}
+	cfg.Name = "fencekeeper-fencing-local"
+	return &envtest.WebhookInstallOptions{
+		ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{cfg},
+		LocalServingHost:   "127.0.0.1",
+	}
+}
+
+func localWebhookConfig(guarded []string) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	g, err := webhook.ParseGuardedResources(guarded)
+	if err != nil {
+		return nil, err
+	}
+	return webhook.FencingWebhookConfiguration(webhook.ConfigOptions{
 		Guarded: g,
 		// envtest turns a service reference into https://host:port/<path>.
 		ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
 			Name: "local", Namespace: ManagerNamespace, Path: ptr.To(webhook.FencingPath[1:]),
 		}},
 		ExcludedNamespaces: []string{"kube-system", ManagerNamespace},
-	})
-	env.WebhookInstallOptions.ValidatingWebhooks = append(env.WebhookInstallOptions.ValidatingWebhooks, cfg)
-	env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
-	return nil
+	}), nil
 }
 
 // InstallLeaseGuard creates the manager namespace, the lease guard's

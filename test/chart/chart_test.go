@@ -1,0 +1,223 @@
+package chart
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+// nonDefault exercises every optional part of the chart.
+var nonDefault = []string{
+	"--set", "replicaCount=3",
+	"--set", "certManager.enabled=true",
+	"--set", "metrics.serviceMonitor.enabled=true",
+	"--set", "networkPolicy.enabled=true",
+	"--set", "crds.keep=false",
+	"--set", "guardedResources={configmaps,reports.reports.example.com/v1}",
+	"--set", "webhook.excludedNamespaces={monitoring}",
+	"--set", "extraArgs={--zap-log-level=debug}",
+}
+
+var _ = Describe("Helm chart", Ordered, func() {
+	It("passes helm lint --strict with default and non-default values", func() {
+		out, errOut, err := helm("lint", "--strict", chartDir)
+		Expect(err).NotTo(HaveOccurred(), out+errOut)
+		out, errOut, err = helm(append([]string{"lint", "--strict", chartDir}, nonDefault...)...)
+		Expect(err).NotTo(HaveOccurred(), out+errOut)
+	})
+
+	DescribeTable("renders manifests the apiserver accepts (server-side dry run)",
+		func(values []string) {
+			args := append([]string{"template", "fk", chartDir, "--namespace", "fencekeeper-system"}, values...)
+			manifests, errOut, err := helm(args...)
+			Expect(err).NotTo(HaveOccurred(), errOut)
+			_, _, _ = run(nil, kubectlBin, "create", "namespace", "fencekeeper-system")
+			out, errOut, err := run([]byte(manifests), kubectlBin, "apply", "--server-side", "--dry-run=server", "-f", "-")
+			Expect(err).NotTo(HaveOccurred(), out+errOut)
+			Expect(out).To(ContainSubstring("deployment.apps/fk-fencekeeper serverside-applied (server dry run)"))
+		},
+		Entry("default values", nil),
+		Entry("non-default values", nonDefault),
+	)
+
+	DescribeTable("rejects bad values with a clear message",
+		func(set, want string) {
+			_, errOut, err := helm("template", "fk", chartDir, "--set", set)
+			Expect(err).To(HaveOccurred())
+			Expect(errOut).To(ContainSubstring(want))
+		},
+		Entry("wrong type", "replicaCount=two", "replicaCount"),
+		Entry("unknown top-level key", "replicas=2", "additional properties 'replicas' not allowed"),
+		Entry("bad guarded resource", "guardedResources={Config_Maps}", "guardedResources"),
+		Entry("timeout out of range", "webhook.timeoutSeconds=60", "timeoutSeconds"),
+	)
+
+	It("installs, upgrades with changed values, and uninstalls", func() {
+		out, errOut, err := helm("install", "fk", chartDir, "-n", "fencekeeper-system", "--create-namespace")
+		Expect(err).NotTo(HaveOccurred(), out+errOut)
+
+		var dep appsv1.Deployment
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: "fencekeeper-system", Name: "fk-fencekeeper"}, &dep)).To(Succeed())
+		Expect(*dep.Spec.Replicas).To(Equal(int32(2)))
+		c := dep.Spec.Template.Spec.Containers[0]
+		Expect(c.Args).To(ContainElements("--leader-elect", "--cert-rotation=true"))
+		Expect(*c.SecurityContext.ReadOnlyRootFilesystem).To(BeTrue())
+		Expect(c.SecurityContext.Capabilities.Drop).To(ContainElement(corev1.Capability("ALL")))
+		Expect(*dep.Spec.Template.Spec.SecurityContext.RunAsNonRoot).To(BeTrue())
+		Expect(dep.Spec.Template.Spec.SecurityContext.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
+		Expect(dep.Spec.Template.Spec.TopologySpreadConstraints).NotTo(BeEmpty())
+
+		var crd apiextensionsv1.CustomResourceDefinition
+		Expect(admin.Get(ctx, client.ObjectKey{Name: "fencedleases.fencekeeper.io"}, &crd)).To(Succeed())
+		vwc := webhookConfig()
+		Expect(vwc.Webhooks[0].Rules).To(HaveLen(1))
+		Expect(*vwc.Webhooks[0].FailurePolicy).To(Equal(admissionregistrationv1.Fail))
+		Expect(vwc.Webhooks[0].NamespaceSelector.MatchExpressions[0].Values).To(ConsistOf("kube-system", "fencekeeper-system"))
+
+		out, errOut, err = helm("upgrade", "fk", chartDir, "-n", "fencekeeper-system",
+			"--set", "replicaCount=3", "--set", "guardedResources={configmaps,reports.reports.example.com/v1}")
+		Expect(err).NotTo(HaveOccurred(), out+errOut)
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: "fencekeeper-system", Name: "fk-fencekeeper"}, &dep)).To(Succeed())
+		Expect(*dep.Spec.Replicas).To(Equal(int32(3)))
+		Expect(webhookConfig().Webhooks[0].Rules).To(HaveLen(2))
+
+		out, errOut, err = helm("uninstall", "fk", "-n", "fencekeeper-system")
+		Expect(err).NotTo(HaveOccurred(), out+errOut)
+		Expect(apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Namespace: "fencekeeper-system", Name: "fk-fencekeeper"}, &dep))).To(BeTrue())
+		Expect(apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Name: "fk-fencekeeper-fencing"}, &admissionregistrationv1.ValidatingWebhookConfiguration{}))).To(BeTrue())
+		Expect(admin.Get(ctx, client.ObjectKey{Name: "fencedleases.fencekeeper.io"}, &crd)).To(Succeed(), "crds.keep keeps the CRD")
+	})
+
+	It("agrees with config/ on the CRD, the RBAC rules and the webhook rules", func() {
+		manifests, errOut, err := helm("template", "fencekeeper", chartDir, "-n", "fencekeeper-system")
+		Expect(err).NotTo(HaveOccurred(), errOut)
+		chart := byKindName(manifests)
+		kust, errOut, err := run(nil, kubectlBin, "kustomize", envtestutil.RepoRoot()+"/config/default")
+		Expect(err).NotTo(HaveOccurred(), errOut)
+		config := byKindName(kust)
+
+		Expect(chart["CustomResourceDefinition/fencedleases.fencekeeper.io"]["spec"]).To(Equal(config["CustomResourceDefinition/fencedleases.fencekeeper.io"]["spec"]))
+		Expect(chart["ClusterRole/fencekeeper-manager"]["rules"]).To(Equal(config["ClusterRole/fencekeeper-manager"]["rules"]))
+		Expect(chart["Role/fencekeeper-manager"]["rules"]).To(Equal(config["Role/fencekeeper-manager"]["rules"]))
+		cw := chart["ValidatingWebhookConfiguration/fencekeeper-fencing"]["webhooks"].([]any)[0].(map[string]any)
+		kw := config["ValidatingWebhookConfiguration/fencekeeper-fencing"]["webhooks"].([]any)[0].(map[string]any)
+		for _, k := range []string{"rules", "objectSelector", "namespaceSelector", "failurePolicy", "sideEffects", "timeoutSeconds", "matchPolicy"} {
+			Expect(cw[k]).To(Equal(kw[k]), k)
+		}
+		Expect(chart["ValidatingAdmissionPolicy/fencekeeper-managed-lease-guard"]["spec"]).To(Equal(config["ValidatingAdmissionPolicy/fencekeeper-managed-lease-guard"]["spec"]))
+	})
+
+	It("gives the manager enough RBAC to grant, renew and admit, and no more", func() {
+		out, errOut, err := helm("install", "fk", chartDir, "-n", "fencekeeper-system", "--create-namespace",
+			"--set", "crds.keep=false")
+		Expect(err).NotTo(HaveOccurred(), out+errOut)
+		DeferCleanup(func() { _, _, _ = helm("uninstall", "fk", "-n", "fencekeeper-system") })
+		// No pods run here, so the chart's webhook Service has no endpoints:
+		// replace it by one pointing at the manager this test runs.
+		Expect(admin.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "fk-fencekeeper-fencing"}})).To(Succeed())
+
+		sa := fmt.Sprintf("system:serviceaccount:%s:%s", "fencekeeper-system", "fk-fencekeeper")
+		asSA := rest.CopyConfig(adminCfg)
+		asSA.Impersonate = rest.ImpersonationConfig{UserName: sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:fencekeeper-system", "system:authenticated"}}
+		saClient, err := client.New(asSA, client.Options{Scheme: envtestutil.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
+
+		By("it cannot read Secrets outside its namespace, nor write Deployments")
+		err = saClient.Get(ctx, client.ObjectKey{Namespace: "default", Name: "anything"}, &corev1.Secret{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		err = saClient.List(ctx, &appsv1.DeploymentList{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		err = saClient.Get(ctx, client.ObjectKey{Namespace: "fencekeeper-system", Name: "fk-fencekeeper-webhook-cert"}, &corev1.Secret{})
+		Expect(err).NotTo(HaveOccurred(), "its own certificate Secret")
+
+		By("a manager running as the ServiceAccount grants, and the lease guard recognises it")
+		wh := envtestutil.LocalWebhook(env, []string{"configmaps"})
+		Expect(wh.Install(adminCfg)).To(Succeed())
+		DeferCleanup(func() { _ = wh.Cleanup() })
+		m, err := envtestutil.StartManager(asSA, envtestutil.ManagerOptions{Webhook: wh})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { Expect(m.Stop()).To(Succeed()) })
+
+		ns, err := envtestutil.NewNamespace(ctx, admin, "rbac")
+		Expect(err).NotTo(HaveOccurred())
+		claim := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1"},
+			Spec: fkv1.FencedLeaseSpec{LockName: "report", HolderIdentity: "W1", LeaseDurationSeconds: ptr.To(int32(300))}}
+		Expect(admin.Create(ctx, claim)).To(Succeed())
+		Eventually(func() int64 {
+			_ = admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)
+			return claim.Status.Epoch
+		}, 20*time.Second).Should(Equal(int64(1)))
+
+		By("a holder renews; nobody but the ServiceAccount may rewrite the Lease")
+		Eventually(func() error { return renewAsAdmin(ns, "report") }, 10*time.Second).Should(Succeed())
+		err = tamperAsAdmin(ns, "report")
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("only the fencekeeper manager may change"))
+
+		By("admission works: the current epoch is accepted, a forged one denied")
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report",
+			Labels: map[string]string{fkv1.LabelLock: "report"}, Annotations: map[string]string{fkv1.AnnotationEpoch: "1"}}}
+		Eventually(func() error { return admin.Create(ctx, cm) }, 20*time.Second).Should(Succeed())
+		cm.Annotations[fkv1.AnnotationEpoch] = "2"
+		cm.Data = map[string]string{"x": "forged"}
+		err = admin.Update(ctx, cm)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("was never issued"))
+	})
+})
+
+func webhookConfig() *admissionregistrationv1.ValidatingWebhookConfiguration {
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	ExpectWithOffset(1, admin.Get(ctx, client.ObjectKey{Name: "fk-fencekeeper-fencing"}, &vwc)).To(Succeed())
+	return &vwc
+}
+
+func byKindName(manifests string) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for _, doc := range strings.Split(manifests, "\n---") {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil || m == nil {
+			continue
+		}
+		md, _ := m["metadata"].(map[string]any)
+		out[fmt.Sprintf("%v/%v", m["kind"], md["name"])] = m
+	}
+	return out
+}
+
+func renewAsAdmin(ns, lock string) error {
+	return leaseUpdate(ns, lock, func(l *coordinationv1.Lease) {
+		now := metav1.NewMicroTime(time.Now().Add(time.Second))
+		l.Spec.RenewTime = &now
+	})
+}
+
+func tamperAsAdmin(ns, lock string) error {
+	return leaseUpdate(ns, lock, func(l *coordinationv1.Lease) { l.Annotations[fkv1.AnnotationEpoch] = "0" })
+}
+
+func leaseUpdate(ns, lock string, mutate func(*coordinationv1.Lease)) error {
+	var l coordinationv1.Lease
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: lock}, &l); err != nil {
+		return err
+	}
+	mutate(&l)
+	return admin.Update(ctx, &l)
+}
