@@ -12,6 +12,7 @@ fi
 go build -o "${ROOT}/bin/devcluster" "${ROOT}/hack/devcluster"
 rm -f "${DEV}/ready"
 # A session of its own, so dev-down can stop the whole process group.
+# BARE=1: control plane only (to try the Helm chart).
 setsid "${ROOT}/bin/devcluster" --dir "${DEV}" --manager "${ROOT}/bin/manager" >"${DEV}/devcluster.log" 2>&1 </dev/null &
 pid=$!
 echo "${pid}" >"${DEV}/devcluster.pid"

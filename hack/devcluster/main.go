@@ -32,6 +32,7 @@ type options struct {
 	apiPort               int
 	metricsAddr, probeAdr string
 	guarded               string
+	bare                  bool
 }
 
 func main() {
@@ -43,7 +44,12 @@ func main() {
 	flag.StringVar(&o.probeAdr, "manager-probe-address", envStr("MANAGER_PROBE_ADDRESS", "127.0.0.1:18081"), "Manager health probe address (env MANAGER_PROBE_ADDRESS).")
 	flag.StringVar(&o.guarded, "guarded-resources", envStr("GUARDED_RESOURCES", strings.Join(webhook.DefaultGuardedResources, ",")),
 		"Kinds the fencing webhook guards, RESOURCE[.GROUP][/VERSION],... (env GUARDED_RESOURCES).")
+	flag.BoolVar(&o.bare, "bare", os.Getenv("BARE") == "1",
+		"Control plane only: no CRD, webhook, policy or manager (to try the Helm chart; env BARE=1).")
 	flag.Parse()
+	if o.bare {
+		o.manager = ""
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintf(os.Stderr, "devcluster: %v\n", err)
 		os.Exit(1)
@@ -66,6 +72,9 @@ func run(o options) error {
 	env, err := envtestutil.New()
 	if err != nil {
 		return err
+	}
+	if o.bare {
+		env.CRDDirectoryPaths = nil
 	}
 	if o.manager != "" {
 		if err := envtestutil.WithFencingWebhook(env, strings.Split(o.guarded, ",")); err != nil {
@@ -95,7 +104,11 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf(">> CRDs installed from config/crd; admin kubeconfig: %s\n", kubeconfig)
+	if o.bare {
+		fmt.Printf(">> bare control plane (nothing installed); admin kubeconfig: %s\n", kubeconfig)
+	} else {
+		fmt.Printf(">> CRDs installed from config/crd; admin kubeconfig: %s\n", kubeconfig)
+	}
 
 	var managerDone chan error
 	if o.manager != "" {
