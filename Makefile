@@ -95,6 +95,10 @@ run: tools build manifests ## Local control plane + CRD + manager in the foregro
 dev-up: tools build manifests ## The same in the background; kubeconfig at .dev/kubeconfig.
 	@hack/dev-up.sh
 
+.PHONY: bench
+bench: tools build ## Benchmark report (BENCH_QUICK=1 for a short run); writes .bench/report.json.
+	$(GO) run ./test/bench
+
 .PHONY: demo
 demo: ## Replay the seed's report handoff with real processes (starts dev-up if needed).
 	@hack/demo.sh

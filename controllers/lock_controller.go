@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -45,6 +46,9 @@ type LockReconciler struct {
 
 	tracker *renewalTracker
 	expect  *writeExpectations
+	// conflicts remembers locks blocked by an unmanaged Lease (a sync.Map of
+	// types.NamespacedName), so their re-checks read live.
+	conflicts sync.Map
 }
 
 // +kubebuilder:rbac:groups=fencekeeper.io,resources=fencedleases,verbs=get;list;watch
@@ -66,7 +70,7 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	lease, conflict, err := r.getLease(ctx, lock, len(claims) > 0)
+	lease, conflict, err := r.getLease(ctx, lock)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -93,10 +97,12 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 
-	// Heal first: statuses must reflect this Lease before a write makes the
-	// Lease forget its previous holder.
+	// Heal first: the holder's and the previous holder's statuses must
+	// reflect this Lease before a write makes the Lease forget them. (Queue
+	// entries wait until after the grant: a burst of new waiters must not
+	// delay a handoff.)
 	if lease != nil {
-		if err := r.syncStatuses(ctx, claims, statusInputs{lease: lease, ledger: led}); err != nil {
+		if err := r.syncStatuses(ctx, ownersOf(claims, led), statusInputs{lease: lease, ledger: led}); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -108,6 +114,15 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	d := decide(snap)
 	if d.writeLease {
 		written, err := r.writeLease(ctx, lock, lease, led, d)
+		if apierrors.IsAlreadyExists(err) {
+			// The cache had no managed Lease: someone else's, or ours not yet seen.
+			if conflict, cerr := r.unmanagedLease(ctx, lock); cerr != nil || conflict != "" {
+				if cerr != nil {
+					return ctrl.Result{}, cerr
+				}
+				return r.reconcileConflict(ctx, claims, conflict)
+			}
+		}
 		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 			logger.V(1).Info("lost a race for the Lease; deciding again", "reason", err.Error())
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
@@ -159,34 +174,59 @@ func (r *LockReconciler) listClaims(ctx context.Context, lock types.NamespacedNa
 	return claims, nil
 }
 
-// getLease returns the managed Lease of the lock, or a conflict message when a
-// same-named Lease exists that fencekeeper does not manage. The cache holds
-// managed Leases only, so a miss is confirmed live (rare: a new lock, or a
-// conflict).
-func (r *LockReconciler) getLease(ctx context.Context, lock types.NamespacedName, needed bool) (*coordinationv1.Lease, string, error) {
+// getLease returns the lock's managed Lease from the cache (which holds
+// managed Leases only), or nil. A same-named Lease fencekeeper does not
+// manage is found when creating ours fails (see unmanagedLease), so a new
+// lock costs no extra read.
+func (r *LockReconciler) getLease(ctx context.Context, lock types.NamespacedName) (*coordinationv1.Lease, string, error) {
 	var lease coordinationv1.Lease
 	err := r.Client.Get(ctx, lock, &lease)
 	if err == nil {
 		return &lease, "", nil
 	}
-	if !apierrors.IsNotFound(err) {
-		return nil, "", err
-	}
-	if !needed {
+	if apierrors.IsNotFound(err) {
+		if _, known := r.conflicts.Load(lock); known {
+			// Known blocked: check live whether the foreign Lease is gone.
+			c, err := r.unmanagedLease(ctx, lock)
+			if err != nil || c != "" {
+				return nil, c, err
+			}
+		}
 		return nil, "", nil
 	}
+	return nil, "", err
+}
+
+// unmanagedLease reads the lock's Lease live and explains the conflict when
+// it exists without fencekeeper's label ("" otherwise).
+func (r *LockReconciler) unmanagedLease(ctx context.Context, lock types.NamespacedName) (string, error) {
+	var lease coordinationv1.Lease
 	if err := r.APIReader.Get(ctx, lock, &lease); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, "", nil
+			r.conflicts.Delete(lock)
+			return "", nil
 		}
-		return nil, "", err
+		return "", err
 	}
-	if !isManaged(&lease) {
-		return nil, fmt.Sprintf("Lease %s exists and is not managed by fencekeeper (no label %s=%s); "+
-			"fencekeeper will not overwrite it: delete it or use another lock name",
-			lock, fkv1.LabelManagedBy, fkv1.ManagedByValue), nil
+	if isManaged(&lease) {
+		r.conflicts.Delete(lock)
+		return "", nil
 	}
-	return &lease, "", nil
+	r.conflicts.Store(lock, true)
+	return fmt.Sprintf("Lease %s exists and is not managed by fencekeeper (no label %s=%s); "+
+		"fencekeeper will not overwrite it: delete it or use another lock name",
+		lock, fkv1.LabelManagedBy, fkv1.ManagedByValue), nil
+}
+
+// ownersOf are the claims the Lease names as holder or previous holder.
+func ownersOf(claims []*fkv1.FencedLease, led ledger) []*fkv1.FencedLease {
+	var out []*fkv1.FencedLease
+	for _, c := range claims {
+		if (c.UID == led.holderUID && c.UID != "") || (c.UID == led.previousUID && c.UID != "") || c.Status.Phase == fkv1.PhaseHeld {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // confirmHolder makes sure a holder missing from the claim cache is really

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -46,6 +47,8 @@ func main() {
 		webhookCertDir         string
 		enableWebhook          bool
 		certs                  certOptions
+		syncPeriod             time.Duration
+		pprofAddr              string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
@@ -64,6 +67,8 @@ func main() {
 	flag.StringVar(&certs.secret, "cert-secret-name", "fencekeeper-webhook-cert", "Secret holding the webhook certificate.")
 	flag.StringVar(&certs.service, "webhook-service-name", "fencekeeper-webhook-service", "Service in front of the webhook (the certificate's DNS name).")
 	flag.StringVar(&certs.vwcfg, "webhook-config-name", "fencekeeper-fencing", "ValidatingWebhookConfiguration whose caBundle is kept current.")
+	flag.DurationVar(&syncPeriod, "sync-period", 10*time.Hour, "How often the informer caches resync (every object is reconciled again).")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address for net/http/pprof (empty: off).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	// --kubeconfig is registered by controller-runtime's config package.
@@ -81,6 +86,7 @@ func main() {
 	}
 	certs.certDir = webhookCertDir
 	cacheOpts := controllers.CacheOptions()
+	cacheOpts.SyncPeriod = &syncPeriod
 	if certs.enabled {
 		// The rotator reads its Secret through the cache: watch only that one.
 		cacheOpts.ByObject[&corev1.Secret{}] = cache.ByObject{
@@ -93,6 +99,7 @@ func main() {
 		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "fencekeeper-manager.fencekeeper.io",
 		LeaderElectionNamespace: leaderElectNamespace,

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+// cluster is the bench's own control plane (etcd, kube-apiserver) and a
+// manager process, all fresh.
+type cluster struct {
+	env      *envtest.Environment
+	admin    *rest.Config
+	manager  *exec.Cmd
+	pprof    string
+	probe    string
+	metrics  string
+	dir      string
+	metricsC *http.Client
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func startCluster(ctx context.Context, syncPeriod time.Duration) (*cluster, error) {
+	a, err := envtestutil.StartAdmissionEnv(ctx, []string{"configmaps"})
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{env: a.Env, admin: a.Admin}
+	c.dir, _ = os.MkdirTemp("", "fencekeeper-bench-")
+	mu, err := a.Env.AddUser(envtest.User{Name: envtestutil.ManagerUser, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := mu.KubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	kcPath := filepath.Join(c.dir, "manager.kubeconfig")
+	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
+		return nil, err
+	}
+	c.pprof, c.probe, c.metrics = freeAddr(), freeAddr(), freeAddr()
+	wh := a.Env.WebhookInstallOptions
+	c.manager = exec.Command(filepath.Join(envtestutil.RepoRoot(), "bin", "manager"),
+		"--kubeconfig", kcPath, "--metrics-bind-address", c.metrics, "--health-probe-bind-address", c.probe,
+		"--pprof-bind-address", c.pprof, "--webhook-port", strconv.Itoa(wh.LocalServingPort),
+		"--webhook-cert-dir", wh.LocalServingCertDir, "--sync-period", syncPeriod.String(), "--zap-log-level", "error")
+	logf, _ := os.Create(filepath.Join(c.dir, "manager.log"))
+	c.manager.Stdout, c.manager.Stderr = logf, logf
+	c.manager.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.manager.Start(); err != nil {
+		return nil, fmt.Errorf("starting bin/manager (run make build): %w", err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get("http://" + c.probe + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("manager not ready after 60s; log in %s", c.dir)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	tr, err := rest.TransportFor(c.admin)
+	if err != nil {
+		return nil, err
+	}
+	c.metricsC = &http.Client{Transport: tr}
+	return c, nil
+}
+
+func (c *cluster) stop() {
+	if c.manager != nil && c.manager.Process != nil {
+		_ = c.manager.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = c.manager.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = c.manager.Process.Kill()
+		}
+	}
+	_ = c.env.Stop()
+	_ = os.RemoveAll(c.dir)
+}
+
+// rssMiB reads the manager's resident set size.
+func (c *cluster) rssMiB() float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.manager.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "VmRSS:") {
+			kb, _ := strconv.ParseFloat(strings.Fields(sc.Text())[1], 64)
+			return kb / 1024
+		}
+	}
+	return -1
+}
+
+// writes counts the apiserver's own record of mutating requests to Leases
+// and FencedLease status (what the manager writes), from apiserver_request_total.
+func (c *cluster) writes() (leases, claimStatus float64) {
+	resp, err := c.metricsC.Get(strings.TrimSuffix(c.admin.Host, "/") + "/metrics")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: reading apiserver metrics:", err)
+		return -1, -1
+	}
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintln(os.Stderr, "bench: reading apiserver metrics:", resp.Status, c.admin.Host)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		labels, val, _ := strings.Cut(line[len("apiserver_request_total{"):], "} ")
+		v, _ := strconv.ParseFloat(val, 64)
+		l := parseLabels(labels)
+		switch l["verb"] {
+		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
+		default:
+			continue
+		}
+		if l["dry_run"] != "" {
+			continue
+		}
+		switch {
+		case l["resource"] == "leases":
+			leases += v
+		case l["resource"] == "fencedleases" && l["subresource"] == "status":
+			claimStatus += v
+		}
+	}
+	return
+}
+
+func parseLabels(s string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok {
+			out[k] = strings.Trim(v, `"`)
+		}
+	}
+	return out
+}
+
+// profile fetches a pprof profile from the manager into path.
+func (c *cluster) profile(kind string, seconds int, path string) error {
+	url := "http://" + c.pprof + "/debug/pprof/" + kind
+	if seconds > 0 {
+		url += "?seconds=" + strconv.Itoa(seconds)
+	}
+	resp, err := (&http.Client{Timeout: time.Duration(seconds+30) * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{}}}).Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
+
+// handlerMeanMS is the fencing handler's own mean time per request, from the
+// manager's fencekeeper_admission_duration_seconds histogram.
+func (c *cluster) handlerMeanMS() float64 {
+	resp, err := http.Get("http://" + c.metrics + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var sum, count float64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		switch {
+		case strings.HasPrefix(f[0], "fencekeeper_admission_duration_seconds_sum"):
+			sum += v
+		case strings.HasPrefix(f[0], "fencekeeper_admission_duration_seconds_count"):
+			count += v
+		}
+	}
+	if count == 0 {
+		return -1
+	}
+	return sum / count * 1000
+}
