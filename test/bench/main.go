@@ -11,8 +11,10 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -81,6 +83,15 @@ func run(quick bool, p params) error {
 		return err
 	}
 	defer cl.stop()
+	// Interrupted: stop etcd, kube-apiserver and the manager, leave no orphans.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		fmt.Fprintln(os.Stderr, "\nbench: interrupted; stopping the control plane")
+		cl.stop()
+		os.Exit(130)
+	}()
 	done()
 	c, err := client.NewWithWatch(cl.admin, client.Options{Scheme: lease.Scheme()})
 	if err != nil {
