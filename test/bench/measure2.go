@@ -51,28 +51,30 @@ func measureTakeover(ctx context.Context, c client.WithWatch, runs int, ttl time
 			if err := c.Create(gctx, claim(ns, next, lock, int32(ttl/time.Second))); err != nil {
 				return err
 			}
-			// Renew a few times, then stop (the holder pauses).
-			var last time.Time
+			// Renew a few times, then stop (the holder pauses) right after
+			// the last renewal is acknowledged: that moment is the reference.
+			var stopped time.Time
 			for i := 0; i < 3; i++ {
+				if i > 0 {
+					time.Sleep(ttl / 4)
+				}
 				var l coordinationv1.Lease
 				if err := c.Get(gctx, client.ObjectKey{Namespace: ns, Name: lock}, &l); err != nil {
 					return err
 				}
 				now := metav1.NewMicroTime(time.Now())
 				l.Spec.RenewTime = &now
-				sent := time.Now()
 				if err := c.Update(gctx, &l); err != nil {
 					return err
 				}
-				last = sent
-				time.Sleep(ttl / 4)
+				stopped = time.Now()
 			}
 			t, err := wait(nc, ttl+30*time.Second)
 			if err != nil {
 				return err
 			}
 			mu.Lock()
-			d = append(d, t.Sub(last)-ttl)
+			d = append(d, t.Sub(stopped)-ttl)
 			mu.Unlock()
 			return nil
 		})
@@ -136,26 +138,13 @@ func measureClientGoTakeover(ctx context.Context, cfg *rest.Config, runs int, tt
 			defer stopB()
 			time.Sleep(ttl / 2)
 			stopA() // A pauses: no more renewals, no release
-			// A renewal may still be in flight: take the last renewTime A wrote.
-			var lastRenew time.Time
-			var t time.Time
-			for t.IsZero() {
-				l, err := cs.CoordinationV1().Leases(ns).Get(gctx, name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == "a" && l.Spec.RenewTime.After(lastRenew) {
-					lastRenew = l.Spec.RenewTime.Time
-				}
-				select {
-				case t = <-bLed:
-				case <-time.After(20 * time.Millisecond):
-				case <-time.After(ttl + 30*time.Second):
-					return fmt.Errorf("client-go candidate b never led")
-				}
+			stopped := time.Now()
+			t, err := wait(bLed, ttl+30*time.Second)
+			if err != nil {
+				return err
 			}
 			mu.Lock()
-			d = append(d, t.Sub(lastRenew)-ttl)
+			d = append(d, t.Sub(stopped)-ttl)
 			mu.Unlock()
 			return nil
 		})
