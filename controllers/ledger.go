@@ -1,14 +1,11 @@
 package controllers
 
 import (
-	"fmt"
-	"math"
-	"strconv"
-
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/webhook/fencing"
 )
 
 // ledger is what the backing Lease says about its lock: the last issued epoch,
@@ -22,26 +19,13 @@ type ledger struct {
 	managedFully bool // labels and finalizer present
 }
 
-// parseEpoch parses a decimal epoch in 1..2^63-1 (0 is allowed only for a Lease
-// that never granted). The strict grammar (no sign, no spaces, no leading
-// zeros) keeps one spelling per value.
+// parseEpoch parses the Lease's counter: the fencing grammar of
+// fencing.ParseEpoch, plus 0 for a Lease that never granted.
 func parseEpoch(s string) (int64, error) {
-	if s == "" {
-		return 0, fmt.Errorf("epoch is empty")
+	if s == "0" {
+		return 0, nil
 	}
-	if len(s) > 1 && s[0] == '0' {
-		return 0, fmt.Errorf("epoch %q has a leading zero", s)
-	}
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("epoch %q is not a decimal integer", s)
-		}
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("epoch %q is out of range 0..%d", s, int64(math.MaxInt64))
-	}
-	return v, nil
+	return fencing.ParseEpoch(s)
 }
 
 func readLedger(lease *coordinationv1.Lease, lockName string) ledger {

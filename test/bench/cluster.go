@@ -30,17 +30,17 @@ import (
 // cluster is the bench's own control plane (etcd, kube-apiserver) and a
 // manager process, all fresh.
 type cluster struct {
-	env      *envtest.Environment
-	admin    *rest.Config
-	manager  *exec.Cmd
-	pprof    string
-	probe    string
-	metrics  string
+	env     *envtest.Environment
+	admin   *rest.Config
+	manager *exec.Cmd
+	pprof   string
+	probe   string
+	metrics string
 	// systemLeaseWrites counts writes to Leases in kube-system (the
 	// apiserver's own identity heartbeat), which the metrics also count.
 	systemLeaseWrites atomic.Int64
-	dir      string
-	metricsC *http.Client
+	dir               string
+	metricsC          *http.Client
 }
 
 // managerMemLimit is the GOMEMLIMIT the chart sets by default.

@@ -85,6 +85,16 @@ func claim(ns, name, lock string, ttl int32) *fkv1.FencedLease {
 		Spec: fkv1.FencedLeaseSpec{LockName: lock, HolderIdentity: name, LeaseDurationSeconds: ptr.To(ttl)}}
 }
 
+// watchedNS creates a namespace and starts watching its claims.
+func watchedNS(ctx context.Context, c client.WithWatch, prefix string) (string, *heldWatch, error) {
+	ns, err := newNS(ctx, c, prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	h, err := watchHeld(ctx, c, ns)
+	return ns, h, err
+}
+
 func newNS(ctx context.Context, c client.Client, prefix string) (string, error) {
 	ns := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%1000000)
 	return ns, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
@@ -150,11 +160,7 @@ func floorThroughput(ctx context.Context, c client.Client, n, conc int) (float64
 
 // grant: claim created on a free lock -> the holder's watch sees Held.
 func measureGrant(ctx context.Context, c client.WithWatch, n int) (latency, error) {
-	ns, err := newNS(ctx, c, "grant")
-	if err != nil {
-		return latency{}, err
-	}
-	h, err := watchHeld(ctx, c, ns)
+	ns, h, err := watchedNS(ctx, c, "grant")
 	if err != nil {
 		return latency{}, err
 	}

@@ -24,11 +24,7 @@ import (
 // figure is the time beyond the TTL, measured from the send time of the
 // holder's last acknowledged renewal.
 func measureTakeover(ctx context.Context, c client.WithWatch, runs int, ttl time.Duration) (latency, error) {
-	ns, err := newNS(ctx, c, "takeover")
-	if err != nil {
-		return latency{}, err
-	}
-	h, err := watchHeld(ctx, c, ns)
+	ns, h, err := watchedNS(ctx, c, "takeover")
 	if err != nil {
 		return latency{}, err
 	}
@@ -157,11 +153,7 @@ func measureClientGoTakeover(ctx context.Context, cfg *rest.Config, runs int, tt
 
 // grantThroughput: claims on `locks` free locks at once -> all Held.
 func grantThroughput(ctx context.Context, c client.WithWatch, locks, conc int) (float64, error) {
-	ns, err := newNS(ctx, c, "grants")
-	if err != nil {
-		return 0, err
-	}
-	h, err := watchHeld(ctx, c, ns)
+	ns, h, err := watchedNS(ctx, c, "grants")
 	if err != nil {
 		return 0, err
 	}
@@ -187,11 +179,7 @@ func grantThroughput(ctx context.Context, c client.WithWatch, locks, conc int) (
 // guardedVsUnguarded: the same ConfigMap update with and without the fencing
 // label, interleaved.
 func guardedVsUnguarded(ctx context.Context, c client.WithWatch, n int) (latency, latency, error) {
-	ns, err := newNS(ctx, c, "admission")
-	if err != nil {
-		return latency{}, latency{}, err
-	}
-	h, err := watchHeld(ctx, c, ns)
+	ns, h, err := watchedNS(ctx, c, "admission")
 	if err != nil {
 		return latency{}, latency{}, err
 	}
