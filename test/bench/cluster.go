@@ -84,7 +84,11 @@ func startCluster(ctx context.Context, syncPeriod time.Duration) (*cluster, erro
 	c.manager.Stdout, c.manager.Stderr = logf, logf
 	c.manager.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// As the chart runs it: a soft memory limit below the container's.
-	c.manager.Env = append(os.Environ(), "GOMEMLIMIT="+managerMemLimit)
+	limit := managerMemLimit
+	if v := os.Getenv("BENCH_GOMEMLIMIT"); v != "" {
+		limit = v
+	}
+	c.manager.Env = append(os.Environ(), "GOMEMLIMIT="+limit)
 	if err := c.manager.Start(); err != nil {
 		return nil, fmt.Errorf("starting bin/manager (run make build): %w", err)
 	}
