@@ -44,7 +44,7 @@ type cluster struct {
 }
 
 // managerMemLimit is the GOMEMLIMIT the chart sets by default.
-const managerMemLimit = "200MiB"
+const managerMemLimit = "128MiB"
 
 func freeAddr() string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
