@@ -75,6 +75,11 @@ func (r *PodLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if claim.Status.Phase == "" {
+		// The lock controller has not seen the claim yet; its first status
+		// (Held or Pending) brings us back, so the pod is written once.
+		return ctrl.Result{}, nil
+	}
 	return ctrl.Result{}, r.syncPod(ctx, &pod, claim, true)
 }
 

@@ -124,7 +124,8 @@ var _ = Describe("Pod-held leases", func() {
 		Expect(cond.Status).To(Equal(corev1.ConditionTrue))
 		for _, p := range pods {
 			if p.Name != h0 {
-				Expect(stateOf(ns, p.Name)()).To(Equal("Pending/"))
+				// Written once the lock controller has queued the claim.
+				Eventually(stateOf(ns, p.Name), 10*time.Second).Should(Equal("Pending/"))
 				_, _, cond = podLease(ns, p.Name)
 				Expect(cond.Status).To(Equal(corev1.ConditionFalse))
 			}
@@ -262,7 +263,15 @@ var _ = Describe("Pod-held leases at rest", func() {
 			}
 			return held
 		}, 3*time.Minute, time.Second).Should(Equal(n))
-		time.Sleep(2 * time.Second) // let the last status writes settle
+		By("waiting until the grant burst has settled: no write for 3s")
+		settled := m.writes.total()
+		Eventually(func() bool {
+			time.Sleep(3 * time.Second)
+			now := m.writes.total()
+			quiet := now == settled
+			settled = now
+			return quiet
+		}, 2*time.Minute, time.Millisecond).Should(BeTrue())
 		before := m.writes.total()
 		By(fmt.Sprintf("%d writes to grant %d pod leases; now watching two resyncs and two TTLs", before, n))
 		Consistently(m.writes.total, 12*time.Second, time.Second).Should(Equal(before))
