@@ -21,11 +21,14 @@ import (
 // with its containers ready.
 func leasePod(ns, name, lock, ttl string, ready bool, tweak ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{fkv1.AnnotationLease: lock}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{}},
 		Spec: corev1.PodSpec{
 			Containers:     []corev1.Container{{Name: "app", Image: "example.com/report-worker:1"}},
 			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: fkv1.PodConditionLeaseHeld}},
 		},
+	}
+	if lock != "" {
+		p.Annotations[fkv1.AnnotationLease] = lock
 	}
 	if ttl != "" {
 		p.Annotations[fkv1.AnnotationLeaseDuration] = ttl
@@ -248,7 +251,11 @@ var _ = Describe("Pod-held leases at rest", func() {
 				defer GinkgoRecover()
 				defer wg.Done()
 				defer func() { <-sem }()
-				leasePod(ns, "idle-"+strconv.Itoa(i), "lock-"+strconv.Itoa(i), "5", true)
+				// Ready before it asks: under load a pod that stays unready
+				// for its 5s TTL would rightly lose the lease mid-test.
+				p := leasePod(ns, "idle-"+strconv.Itoa(i), "", "", true)
+				Expect(k8s.Patch(ctx, p, client.RawPatch("application/merge-patch+json", []byte(fmt.Sprintf(
+					`{"metadata":{"annotations":{"fencekeeper.io/lease":"lock-%d","fencekeeper.io/lease-duration-seconds":"5"}}}`, i))))).To(Succeed())
 			}()
 		}
 		wg.Wait()
@@ -274,7 +281,11 @@ var _ = Describe("Pod-held leases at rest", func() {
 		}, 2*time.Minute, time.Millisecond).Should(BeTrue())
 		before := m.writes.total()
 		By(fmt.Sprintf("%d writes to grant %d pod leases; now watching two resyncs and two TTLs", before, n))
-		Consistently(m.writes.total, 12*time.Second, time.Second).Should(Equal(before))
+		l0, c0, p0 := m.writes.leases.Load(), m.writes.claims.Load(), m.writes.pods.Load()
+		Consistently(m.writes.total, 12*time.Second, time.Second).Should(Equal(before), func() string {
+			return fmt.Sprintf("writes during the idle window: leases %d, claims %d, pods %d",
+				m.writes.leases.Load()-l0, m.writes.claims.Load()-c0, m.writes.pods.Load()-p0)
+		})
 		var pods corev1.PodList
 		Expect(k8s.List(ctx, &pods, client.InNamespace(ns))).To(Succeed())
 		for _, p := range pods.Items {
