@@ -178,6 +178,7 @@ var _ = Describe("Lock controller", func() {
 
 	It("writes O(1) per handoff however many waiters, and nothing on a no-op reconcile", func() {
 		startDefault()
+		mgr.writes.namespace.Store(ns)
 		holder := createClaim(ns, "holder", "busy", "H", 60)
 		eventuallyPhase(ns, holder.Name, fkv1.PhaseHeld)
 		var waiters []*fkv1.FencedLease

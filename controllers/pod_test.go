@@ -241,6 +241,7 @@ var _ = Describe("Pod-held leases at rest", func() {
 		ns := newNamespace()
 		m := startManagerWith(envtestutil.ManagerOptions{ConflictRecheck: time.Second, SyncPeriod: 5 * time.Second})
 		DeferCleanup(func() { m.Stop() })
+		m.writes.namespace.Store(ns)
 		const n = 1000
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 16)

@@ -59,6 +59,10 @@ var _ = AfterSuite(func() {
 // at the HTTP layer, the way the apiserver's request metrics would.
 type writeCounter struct {
 	leases, claims, pods atomic.Int64
+	// namespace, when set, limits counting to one namespace: the shared
+	// control plane still holds earlier specs' locks, which this manager
+	// also reconciles (and may rightly expire).
+	namespace atomic.Value
 }
 
 func (w *writeCounter) total() int64 { return w.leases.Load() + w.claims.Load() + w.pods.Load() }
@@ -69,6 +73,9 @@ type countingTransport struct {
 }
 
 func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if ns, _ := t.w.namespace.Load().(string); ns != "" && !strings.Contains(req.URL.Path, "/namespaces/"+ns+"/") {
+		return t.next.RoundTrip(req)
+	}
 	if req.Method != http.MethodGet {
 		switch {
 		case strings.Contains(req.URL.Path, "/fencedleases"):
