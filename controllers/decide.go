@@ -13,8 +13,7 @@ import (
 // from the informer cache (plus a live read of the holder claim when the
 // cache does not have it) and holds no clients, so decide is a pure function.
 type lockSnapshot struct {
-	lockName string
-	ledger   ledger
+	ledger ledger
 	// claims of this lock that exist and are not being deleted.
 	claims []*fkv1.FencedLease
 	// renewSeenAt is when this controller last observed the holder or its

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -77,15 +78,12 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if conflict != "" {
 		return r.reconcileConflict(ctx, claims, conflict)
 	}
+	if len(claims) == 0 && lease != nil && lease.DeletionTimestamp != nil {
+		return ctrl.Result{}, r.releaseFinalizer(ctx, lease)
+	}
 	if len(claims) == 0 && (lease == nil || lease.Annotations[fkv1.AnnotationClaimUID] == "") {
 		// An idle lock: nothing to grant, nothing to repair until a claim comes.
-		if lease != nil && lease.DeletionTimestamp != nil {
-			return ctrl.Result{}, r.releaseFinalizer(ctx, lease)
-		}
 		return ctrl.Result{}, nil
-	}
-	if lease != nil && lease.DeletionTimestamp != nil && len(claims) == 0 {
-		return ctrl.Result{}, r.releaseFinalizer(ctx, lease)
 	}
 
 	if r.cacheBehindOwnWrites(lease, claims) {
@@ -218,7 +216,8 @@ func (r *LockReconciler) unmanagedLease(ctx context.Context, lock types.Namespac
 		lock, fkv1.LabelManagedBy, fkv1.ManagedByValue), nil
 }
 
-// ownersOf are the claims the Lease names as holder or previous holder.
+// ownersOf are the claims the Lease names as holder or previous holder, and
+// any claim whose status still says Held.
 func ownersOf(claims []*fkv1.FencedLease, led ledger) []*fkv1.FencedLease {
 	var out []*fkv1.FencedLease
 	for _, c := range claims {
@@ -250,18 +249,22 @@ func (r *LockReconciler) confirmHolder(ctx context.Context, lock types.Namespace
 }
 
 func (r *LockReconciler) snapshot(ctx context.Context, lock types.NamespacedName, lease *coordinationv1.Lease, led ledger, claims []*fkv1.FencedLease) (lockSnapshot, error) {
-	s := lockSnapshot{lockName: lock.Name, ledger: led, claims: claims, now: r.tracker.now()}
+	s := lockSnapshot{ledger: led, claims: claims, now: r.tracker.now()}
 	if lease != nil {
 		token := ""
 		if lease.Spec.RenewTime != nil {
 			token = lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
 		}
 		// A pod-held lease is renewed by the pod being live, not by writes.
+		var ref *metav1.OwnerReference
 		live := podLive
 		holder := findClaim(claims, led.holderUID)
-		if holder != nil && podOwner(holder) != "" {
+		if holder != nil {
+			ref = podOwnerRef(holder)
+		}
+		if ref != nil {
 			var err error
-			if live, err = r.podLiveness(ctx, lock.Namespace, holder); err != nil {
+			if live, err = r.podLiveness(ctx, lock.Namespace, ref); err != nil {
 				return s, err
 			}
 			token = fmt.Sprintf("pod:%d", live)
@@ -271,7 +274,7 @@ func (r *LockReconciler) snapshot(ctx context.Context, lock types.NamespacedName
 			}
 		}
 		s.renewSeenAt = r.tracker.observe(lock, led.holderUID, token)
-		if holder != nil && podOwner(holder) != "" && live == podLive {
+		if ref != nil && live == podLive {
 			s.renewSeenAt = s.now
 		}
 		if lease.Spec.LeaseDurationSeconds != nil {
@@ -287,16 +290,16 @@ func (r *LockReconciler) snapshot(ctx context.Context, lock types.NamespacedName
 }
 
 // podLiveness reads the holder's pod from the (stripped) pod cache.
-func (r *LockReconciler) podLiveness(ctx context.Context, ns string, holder *fkv1.FencedLease) (podLiveness, error) {
+func (r *LockReconciler) podLiveness(ctx context.Context, ns string, ref *metav1.OwnerReference) (podLiveness, error) {
 	var pod corev1.Pod
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: podOwner(holder)}, &pod)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &pod)
 	if apierrors.IsNotFound(err) {
 		return podGone, nil
 	}
 	if err != nil {
 		return podNotLive, err
 	}
-	return livenessOf(&pod, podOwnerUID(holder)), nil
+	return livenessOf(&pod, string(ref.UID)), nil
 }
 
 func withoutClaim(claims []*fkv1.FencedLease, uid types.UID) []*fkv1.FencedLease {

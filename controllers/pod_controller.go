@@ -115,9 +115,14 @@ func PodClaimName(pod *corev1.Pod, lock string) string {
 	return base + "-" + hex.EncodeToString(sum[:])[:10]
 }
 
-func (r *PodLeaseReconciler) podClaims(ctx context.Context, ns string) ([]fkv1.FencedLease, error) {
+// IndexPodOwner indexes FencedLeases by the name of the pod they were made for.
+const IndexPodOwner = "podOwner"
+
+// podClaims lists the claims made for pod name in ns (any pod of that name,
+// current or gone), through an index: no scan of the namespace's claims.
+func (r *PodLeaseReconciler) podClaims(ctx context.Context, ns, name string) ([]fkv1.FencedLease, error) {
 	var list fkv1.FencedLeaseList
-	if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.HasLabels{fkv1.LabelPodUID}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexPodOwner: name}); err != nil {
 		return nil, err
 	}
 	return list.Items, nil
@@ -128,16 +133,13 @@ func (r *PodLeaseReconciler) podClaims(ctx context.Context, ns string) ([]fkv1.F
 // Expired claim is deleted too, so the pod contends again with a fresh claim;
 // a pod that is not live keeps its Expired claim and shows Lost.
 func (r *PodLeaseReconciler) deleteClaims(ctx context.Context, ns, name string, uid types.UID, keep string, retry bool) error {
-	claims, err := r.podClaims(ctx, ns)
+	claims, err := r.podClaims(ctx, ns, name)
 	if err != nil {
 		return err
 	}
 	for i := range claims {
 		c := &claims[i]
-		if podOwner(c) != name {
-			continue
-		}
-		if keep != "" && types.UID(podOwnerUID(c)) == uid && c.Spec.LockName == keep && (c.Status.Phase != fkv1.PhaseExpired || !retry) {
+		if keep != "" && podOwnerRef(c).UID == uid && c.Spec.LockName == keep && (c.Status.Phase != fkv1.PhaseExpired || !retry) {
 			continue
 		}
 		if err := r.Client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {

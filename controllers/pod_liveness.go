@@ -7,12 +7,21 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
+// podOwnerRef returns the controller reference to the pod a claim was made
+// for (nil if none).
+func podOwnerRef(c *fkv1.FencedLease) *metav1.OwnerReference {
+	for i, o := range c.OwnerReferences {
+		if o.Kind == "Pod" && o.APIVersion == "v1" && o.Controller != nil && *o.Controller {
+			return &c.OwnerReferences[i]
+		}
+	}
+	return nil
+}
+
 // podOwner returns the name of the pod a claim was made for ("" if none).
 func podOwner(c *fkv1.FencedLease) string {
-	for _, o := range c.OwnerReferences {
-		if o.Kind == "Pod" && o.APIVersion == "v1" && o.Controller != nil && *o.Controller {
-			return o.Name
-		}
+	if ref := podOwnerRef(c); ref != nil {
+		return ref.Name
 	}
 	return ""
 }
@@ -44,15 +53,6 @@ func livenessOf(pod *corev1.Pod, ownerUID string) podLiveness {
 		}
 	}
 	return podNotLive
-}
-
-func podOwnerUID(c *fkv1.FencedLease) string {
-	for _, o := range c.OwnerReferences {
-		if o.Kind == "Pod" && o.APIVersion == "v1" {
-			return string(o.UID)
-		}
-	}
-	return ""
 }
 
 // stripPod keeps only what the pod controllers decide on, so the pod cache

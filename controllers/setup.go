@@ -50,6 +50,14 @@ func hasLeaseAnnotation(o client.Object) bool { return o.GetAnnotations()[fkv1.A
 
 // SetupWithManager registers the pod-lease controller.
 func (r *PodLeaseReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &fkv1.FencedLease{}, IndexPodOwner, func(o client.Object) []string {
+		if name := podOwner(o.(*fkv1.FencedLease)); name != "" {
+			return []string{name}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("podlease").
 		For(&corev1.Pod{}, builder.WithPredicates(asksForLease)).
