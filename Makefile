@@ -1,4 +1,5 @@
-# fencekeeper — see README.md for what each target does.
+# fencekeeper — `make help` lists the targets and the variables you can set;
+# docs/development.md explains them.
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 
@@ -13,6 +14,9 @@ GINKGO_FLAGS ?=
 TEST_TIMEOUT ?= 30m
 
 CONTROLLER_GEN := $(BIN)/controller-gen
+
+# Files `make manifests generate` writes; verify-gen fails when git sees them changed.
+GENERATED := api config charts docs/manager-flags.md
 
 # envtest finds etcd, kube-apiserver and kubectl here; nothing is downloaded.
 export KUBEBUILDER_ASSETS := $(BIN)
@@ -37,12 +41,13 @@ controller-gen:
 ##@ Code generation
 
 .PHONY: manifests
-manifests: controller-gen ## Generate the CRD, RBAC and webhook configuration into config/.
+manifests: controller-gen ## Generate the CRD, RBAC, webhook configuration, chart files and docs/manager-flags.md.
 	$(CONTROLLER_GEN) rbac:roleName=fencekeeper-manager crd paths="./api/..." paths="./controllers/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	$(GO) run ./hack/gen-webhook --out config/webhook/manifests.yaml
 	hack/sync-chart.sh
 	$(GO) run ./hack/gen-chart-readme charts/fencekeeper
+	$(GO) run ./hack/gen-flags --go $(GO) --out docs/manager-flags.md
 
 .PHONY: generate
 generate: controller-gen ## Generate deepcopy functions.
@@ -50,9 +55,9 @@ generate: controller-gen ## Generate deepcopy functions.
 
 .PHONY: verify-gen
 verify-gen: manifests generate ## Fail when a generated file is stale.
-	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
 		echo "generated files are stale; run 'make manifests generate' and commit:"; \
-		git status --porcelain -- api config charts; git --no-pager diff --stat -- api config charts; exit 1; fi
+		git status --porcelain -- $(GENERATED); git --no-pager diff --stat -- $(GENERATED); exit 1; fi
 
 ##@ Build
 
@@ -62,11 +67,11 @@ build: ## Build bin/manager and bin/kubectl-fence.
 	CGO_ENABLED=0 $(GO) build $(GO_BUILD_FLAGS) -o $(BIN)/kubectl-fence ./cmd/kubectl-fence
 
 .PHONY: docker-build
-docker-build: ## Build the manager image with $(CONTAINER_TOOL) (needs a container engine; none runs on the CI machines).
+docker-build: ## Build the manager image IMG with CONTAINER_TOOL (default docker; needs a container engine, none runs on the CI machines).
 	$(CONTAINER_TOOL) build --build-arg GO_BUILD_FLAGS="$(GO_BUILD_FLAGS)" -t $(IMG) .
 
 .PHONY: vet
-vet:
+vet: ## Run go vet on every package.
 	$(GO) vet ./...
 
 .PHONY: fmt-check
@@ -80,11 +85,33 @@ lint: ## Run golangci-lint with .golangci.yml.
 
 ##@ Test
 
-.PHONY: test
-test: tools verify-gen fmt-check vet ## Every test, against a real kube-apiserver and etcd built into bin/.
-	$(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./... $(if $(GINKGO_FLAGS),-args $(GINKGO_FLAGS),)
+# go-test runs `go test $(1)` on every package. GINKGO_FLAGS go (after -args)
+# only to the packages whose tests import ginkgo: other test binaries refuse
+# flags they do not know.
+GO_LIST_TEST_IMPORTS = $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./...
+define go-test
+$(if $(strip $(GINKGO_FLAGS)),\
+	pkgs="$$($(GO_LIST_TEST_IMPORTS))"; \
+	suites="$$(awk '/github.com\/onsi\/ginkgo/ {print $$1}' <<<"$$pkgs")"; \
+	others="$$(awk '!/github.com\/onsi\/ginkgo/ {print $$1}' <<<"$$pkgs")"; \
+	rc=0; \
+	echo "$(GO) test $(1) <packages without ginkgo suites>"; $(GO) test $(1) $$others || rc=$$?; \
+	echo "$(GO) test $(1) <ginkgo suites> -args <GINKGO_FLAGS>"; $(GO) test $(1) $$suites -args $(GINKGO_FLAGS) || rc=$$?; \
+	exit $$rc,\
+	echo "$(GO) test $(1) ./..."; $(GO) test $(1) ./...)
+endef
 
-##@ Local control plane
+.PHONY: test
+test: tools verify-gen fmt-check vet ## Every test, against a real kube-apiserver and etcd built into bin/ (what CI runs).
+	@$(call go-test,-timeout $(TEST_TIMEOUT) -count=1)
+
+# FENCEKEEPER_UNIT_ONLY=1 makes every envtest-backed suite skip in its
+# BeforeSuite (test/envtestutil), so only tests that need no control plane run.
+.PHONY: test-unit
+test-unit: ## Pure tests only: no control plane, no bin/ binaries, seconds once compiled.
+	@FENCEKEEPER_UNIT_ONLY=1; export FENCEKEEPER_UNIT_ONLY; $(call go-test,-timeout $(TEST_TIMEOUT) -count=1)
+
+##@ Local control plane, demo and benchmark
 
 .PHONY: run
 run: tools build manifests ## Local control plane + CRD + manager in the foreground; Ctrl-C stops all.
@@ -100,7 +127,7 @@ bench: tools build ## Benchmark report (BENCH_QUICK=1 for a short run); writes .
 	$(GO) run ./test/bench
 
 .PHONY: demo
-demo: ## Replay the seed's report handoff with real processes (starts dev-up if needed).
+demo: ## Replay the report handoff with real processes: W1 paused, W2 takes over, W1's late write refused.
 	@hack/demo.sh
 
 .PHONY: dev-down
@@ -108,9 +135,30 @@ dev-down: ## Stop what dev-up started.
 	@hack/dev-down.sh
 
 .PHONY: clean
-clean:
+clean: ## Remove .dev/ (the local control plane's state; run make dev-down first).
 	rm -rf .dev
 
+##@ Help
+
 .PHONY: help
-help:
-	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+help: ## Show the targets by section, then the variables you can set.
+	@echo "Usage: make <target> [VARIABLE=value ...]"
+	@awk 'BEGIN {FS = ":.*## "} \
+		/^##@/ {printf "\n%s\n", substr($$0, 5)} \
+		/^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo
+	@echo "Variables (on the make command line or in the environment):"
+	@echo "  GINKGO_FLAGS             flags for the ginkgo suites only (test, test-unit), e.g. '--ginkgo.focus=pod --ginkgo.v'"
+	@echo "  TEST_TIMEOUT             go test -timeout per package (now: $(TEST_TIMEOUT))"
+	@echo "  BENCH_QUICK=1            make bench: smaller samples, about 2 minutes"
+	@echo "  BENCH_GOMEMLIMIT         make bench: GOMEMLIMIT of the manager under test (default 128MiB, the chart's)"
+	@echo "  APISERVER_PORT           run, dev-up: kube-apiserver port on 127.0.0.1 (default 16443)"
+	@echo "  MANAGER_METRICS_ADDRESS  run, dev-up: manager metrics address (default 127.0.0.1:18080)"
+	@echo "  MANAGER_PROBE_ADDRESS    run, dev-up: manager health probe address (default 127.0.0.1:18081)"
+	@echo "  GUARDED_RESOURCES        run, dev-up: kinds the fencing webhook guards, RESOURCE[.GROUP][/VERSION],... (default configmaps)"
+	@echo "  BARE=1                   run, dev-up: control plane only, no CRD/webhook/policy/manager (to try the Helm chart)"
+	@echo "  IMG                      docker-build: image name (now: $(IMG))"
+	@echo "  CONTAINER_TOOL           docker-build: container engine (now: $(CONTAINER_TOOL))"
+	@echo "  KUBEBUILDER_ASSETS       where envtest finds etcd, kube-apiserver, kubectl; make sets it to bin/ (set it yourself for a bare go test)"
+	@echo "  FENCEKEEPER_UNIT_ONLY=1  set by test-unit: envtest-backed suites skip"
+	@echo "  GO                       the go command (now: $(GO))"

@@ -239,7 +239,7 @@ var _ = Describe("Pod-held leases", func() {
 var _ = Describe("Pod-held leases at rest", func() {
 	It("cost no API writes over a resync with 1,000 idle pod-held leases", func() {
 		ns := newNamespace()
-		m := startManagerWith(envtestutil.ManagerOptions{ConflictRecheck: time.Second, SyncPeriod: 5 * time.Second})
+		m := startManagerWith(envtestutil.ManagerOptions{ForeignLeaseRecheck: time.Second, SyncPeriod: 5 * time.Second})
 		DeferCleanup(func() { m.Stop() })
 		m.writes.namespace.Store(ns)
 		const n = 1000

@@ -39,6 +39,9 @@ func TestControllers(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
+	if envtestutil.UnitOnly() {
+		Skip("needs the control plane; " + envtestutil.UnitOnlyEnv + " is set")
+	}
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	var err error
 	testEnv, err = envtestutil.New()
@@ -104,7 +107,7 @@ func (m *runningManager) Stop() {
 // startManager starts a manager without leader election, as a separate
 // replica would run: its own cache, clock and memory.
 func startManager(conflictRecheck time.Duration) *runningManager {
-	return startManagerWith(envtestutil.ManagerOptions{ConflictRecheck: conflictRecheck})
+	return startManagerWith(envtestutil.ManagerOptions{ForeignLeaseRecheck: conflictRecheck})
 }
 
 func startManagerWith(o envtestutil.ManagerOptions) *runningManager {

@@ -17,7 +17,6 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
-	"github.com/fencekeeper/fencekeeper/webhook/fencing"
 )
 
 var _ = Describe("Fencing admission", func() {
@@ -46,7 +45,7 @@ var _ = Describe("Fencing admission", func() {
 		Expect(k8s.Create(ctx, fencedConfigMap(ns, lock, lock, w1.Status.Epoch, "v11 by W1", nil))).To(Succeed())
 		Expect(k8s.Create(ctx, fencedConfigMap(ns, "report-2026-06", lock, w1.Status.Epoch, "june by W1", nil))).To(Succeed())
 		Expect(k8s.Create(ctx, fencedConfigMap(ns, "report-2026-05", lock, w1.Status.Epoch, "may by W1",
-			map[string]string{fencing.AnnotationFencePolicy: fencing.PolicyMonotonic}))).To(Succeed())
+			map[string]string{fkv1.AnnotationFencePolicy: fkv1.FencePolicyMonotonic}))).To(Succeed())
 
 		By("W1 pauses (no renewals); its lease expires and W2 takes over with epoch 2")
 		w2 := acquire(ns, "w2", lock, "W2", 300)
@@ -145,7 +144,7 @@ var _ = Describe("Fencing admission", func() {
 		history := watchConfigMaps(ns)
 		DeferCleanup(history.stop)
 		Expect(k8s.Create(ctx, fencedConfigMap(ns, "race", lock, 1, "epoch 1",
-			map[string]string{fencing.AnnotationFencePolicy: fencing.PolicyMonotonic}))).To(Succeed())
+			map[string]string{fkv1.AnnotationFencePolicy: fkv1.FencePolicyMonotonic}))).To(Succeed())
 
 		denied := 0
 		for r := 1; r <= rounds; r++ {
@@ -176,7 +175,7 @@ var _ = Describe("Fencing admission", func() {
 		}, 5*time.Second).Should(Equal(epochString(2 * rounds)))
 		var prev int64
 		for _, cm := range history.versions("race") {
-			e, err := fencing.ParseEpoch(cm.Annotations[fkv1.AnnotationEpoch])
+			e, err := fkv1.ParseEpoch(cm.Annotations[fkv1.AnnotationEpoch])
 			Expect(err).NotTo(HaveOccurred())
 			Expect(e).To(BeNumerically(">=", prev), "epoch %d accepted after %d", e, prev)
 			Expect(cm.Data["report.csv"]).To(Equal(fmt.Sprintf("epoch %d", e)), "data and epoch of one write")

@@ -67,8 +67,8 @@ func (h *FencingHandler) handle(ctx context.Context, req admission.Request) (adm
 		return admission.Allowed("not fenced"), "NotFenced"
 	}
 	if req.Namespace == "" {
-		return denied(fencing.Decision{Code: http.StatusUnprocessableEntity, Reason: "ClusterScoped",
-			Message: fmt.Sprintf("%s %s is cluster-scoped; locks live in a namespace, so only namespaced objects can be fenced", req.Kind.Kind, req.Name)}), "ClusterScoped"
+		return denied(fencing.Decision{Code: http.StatusUnprocessableEntity, Reason: fkv1.AdmissionClusterScoped,
+			Message: fmt.Sprintf("%s %s is cluster-scoped; locks live in a namespace, so only namespaced objects can be fenced", req.Kind.Kind, req.Name)}), string(fkv1.AdmissionClusterScoped)
 	}
 
 	state := fencing.LockState{Namespace: req.Namespace, Name: lockName}
@@ -110,24 +110,10 @@ func (h *FencingHandler) lockState(ctx context.Context, key types.NamespacedName
 }
 
 func stateOf(key types.NamespacedName, lease *coordinationv1.Lease, found bool) fencing.LockState {
-	s := fencing.LockState{Namespace: key.Namespace, Name: key.Name}
-	if !found || lease.Labels[fkv1.LabelManagedBy] != fkv1.ManagedByValue {
-		return s
+	if !found {
+		lease = nil
 	}
-	issued, err := fencing.ParseEpoch(lease.Annotations[fkv1.AnnotationEpoch])
-	if err != nil {
-		// A Lease that never granted, or one with a damaged counter: nothing
-		// may be presented against it until the controller repairs it.
-		return s
-	}
-	s.Exists, s.Issued = true, issued
-	if lease.Annotations[fkv1.AnnotationClaimUID] != "" {
-		s.HeldEpoch = issued
-		if lease.Spec.HolderIdentity != nil {
-			s.Holder = *lease.Spec.HolderIdentity
-		}
-	}
-	return s
+	return fencing.StateOf(key.Namespace, key.Name, fkv1.ReadLedger(lease, key.Name))
 }
 
 func decode(raw []byte) (*unstructured.Unstructured, error) {
@@ -151,7 +137,7 @@ func denied(d fencing.Decision) admission.Response {
 		Result: &metav1.Status{
 			Status: metav1.StatusFailure, Code: d.Code, Reason: reason, Message: d.Message,
 			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{
-				Type:    metav1.CauseType(fkv1.Prefix + string(d.Reason)),
+				Type:    metav1.CauseType(d.Reason.CauseType()),
 				Message: d.Message,
 				Field:   "metadata.annotations[" + fkv1.AnnotationEpoch + "]",
 			}}},

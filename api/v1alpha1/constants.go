@@ -19,7 +19,6 @@ const (
 	ReasonReleased     = "Released"
 	ReasonSuperseded   = "Superseded"
 	ReasonLockConflict = "LockConflict"
-	ReasonNoConflict   = "NoConflict"
 )
 
 // Labels, annotations and finalizers of the backing Lease.
@@ -35,7 +34,8 @@ const (
 	LabelLock = Prefix + "lock"
 
 	// AnnotationEpoch is the last epoch issued for the lock (on the Lease),
-	// or the writer's token (on a protected object). Decimal int64.
+	// or the writer's token (on a protected object). Decimal int64, read with
+	// ParseEpoch.
 	AnnotationEpoch = Prefix + "epoch"
 	// AnnotationClaim is the name of the holder claim (empty when free).
 	AnnotationClaim = Prefix + "claim"
@@ -68,7 +68,7 @@ func (f *FencedLease) LeaseDurationSeconds() int32 {
 	return *f.Spec.LeaseDurationSeconds
 }
 
-// Pod-held leases (DESIGN §4).
+// Pod-held leases (docs/design.md §4).
 const (
 	// AnnotationLease on a pod requests the named lock.
 	AnnotationLease = Prefix + "lease"
@@ -94,3 +94,42 @@ const (
 	ReasonInvalidLeaseRequest = "InvalidLeaseRequest"
 	ReasonPodNotLive          = "PodNotLive"
 )
+
+// Fencing of protected objects (docs/design.md §3).
+const (
+	// AnnotationFencePolicy selects the fencing policy of one object.
+	AnnotationFencePolicy = Prefix + "fence-policy"
+	// FencePolicyCurrent (default): the epoch must be the lock's current held epoch.
+	FencePolicyCurrent = "current"
+	// FencePolicyMonotonic: only the per-object watermark and the issued bound apply.
+	FencePolicyMonotonic = "monotonic"
+)
+
+// AdmissionReason is the machine-readable reason of a fencing admission
+// decision. A denial carries it as details.causes[0].type, prefixed with
+// Prefix (see CauseType).
+type AdmissionReason string
+
+// Admission reasons.
+const (
+	AdmissionEpochAccepted      AdmissionReason = "EpochAccepted"
+	AdmissionMetadataOnly       AdmissionReason = "MetadataOnly"
+	AdmissionMissingEpoch       AdmissionReason = "MissingEpoch"
+	AdmissionMalformedEpoch     AdmissionReason = "MalformedEpoch"
+	AdmissionStaleEpoch         AdmissionReason = "StaleEpoch"
+	AdmissionNotCurrentEpoch    AdmissionReason = "NotCurrentEpoch"
+	AdmissionFutureEpoch        AdmissionReason = "FutureEpoch"
+	AdmissionLockLabelImmutable AdmissionReason = "LockLabelImmutable"
+	AdmissionEpochRemoved       AdmissionReason = "EpochAnnotationRemoved"
+	AdmissionInvalidPolicy      AdmissionReason = "InvalidFencePolicy"
+	AdmissionClusterScoped      AdmissionReason = "ClusterScoped"
+)
+
+// CauseType is the details.causes[].type a denial with this reason carries.
+func (r AdmissionReason) CauseType() string { return Prefix + string(r) }
+
+// IsStaleHolder reports whether the reason says the writer's epoch was
+// superseded: the object or the lock has moved on to a newer holder.
+func (r AdmissionReason) IsStaleHolder() bool {
+	return r == AdmissionStaleEpoch || r == AdmissionNotCurrentEpoch
+}

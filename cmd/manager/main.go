@@ -10,32 +10,17 @@ import (
 	"path/filepath"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/controllers"
-	fencingwebhook "github.com/fencekeeper/fencekeeper/webhook"
 )
-
-var scheme = runtime.NewScheme()
-
-func init() {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(coordinationv1.AddToScheme(scheme))
-	utilruntime.Must(fkv1.AddToScheme(scheme))
-}
 
 func main() {
 	var (
@@ -95,7 +80,7 @@ func main() {
 		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
+		Scheme:                  controllers.Scheme(),
 		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:  probeAddr,
@@ -112,21 +97,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := (&controllers.LockReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("fencekeeper"),
-	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: concurrency}); err != nil {
-		log.Error(err, "unable to set up the lock controller")
-		os.Exit(1)
-	}
-	if err := (&controllers.PodLeaseReconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("fencekeeper"),
-	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: concurrency}); err != nil {
-		log.Error(err, "unable to set up the pod-lease controller")
-		os.Exit(1)
-	}
+	wiring := controllers.Options{Concurrency: concurrency, Webhook: enableWebhook}
 	if enableWebhook {
 		ready, err := setupCertRotation(mgr, certs)
 		if err != nil {
@@ -134,17 +105,18 @@ func main() {
 			os.Exit(1)
 		}
 		// The webhook server starts only once its certificate exists.
+		wiring.WebhookReady = ready
 		server := mgr.GetWebhookServer
-		go func() {
-			<-ready
-			fencingwebhook.SetupWithManager(mgr)
-		}()
 		if err := mgr.AddReadyzCheck("webhook", readyAfter(ready, func(r *http.Request) error {
 			return server().StartedChecker()(r)
 		})); err != nil {
 			log.Error(err, "unable to add webhook ready check")
 			os.Exit(1)
 		}
+	}
+	if err := controllers.Setup(ctx, mgr, wiring); err != nil {
+		log.Error(err, "unable to set up the controllers")
+		os.Exit(1)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "unable to add health check")

@@ -1,4 +1,4 @@
-// Command demo replays the seed article's report handoff (§23) with real
+// Command demo replays the report handoff of docs/concepts.md with real
 // processes on the local control plane: W1 acquires report-2026-07 and is
 // paused (SIGSTOP) past its TTL, W2 takes over with the next epoch and
 // publishes, W1 resumes (SIGCONT), its publish is rejected as a stale owner,

@@ -71,7 +71,7 @@ func worker(kubeconfig, ns, name, lock string, ttl, compute time.Duration, holdU
 	}
 	result := fmt.Sprintf("report %s computed by %s", lock, name)
 	emit(name, "computing", l.Epoch, compute.String())
-	// The lease is checked here, before the long computation: the seed's
+	// The lease is checked here, before the long computation: the design's
 	// point is that this check cannot protect the write that follows.
 	if l.State() != lease.Held {
 		return fmt.Errorf("lost the lease before computing")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -89,13 +88,13 @@ func collectStatus(ctx context.Context, c client.Client, ns, only string) ([]loc
 		if err != nil && !apierrors.IsNotFound(err) {
 			return nil, err
 		}
-		if err == nil && l.Labels[fkv1.LabelManagedBy] == fkv1.ManagedByValue {
-			st.Epoch, _ = strconv.ParseInt(l.Annotations[fkv1.AnnotationEpoch], 10, 64)
-			if l.Annotations[fkv1.AnnotationClaimUID] != "" && l.Spec.HolderIdentity != nil {
-				st.Holder, st.Claim = *l.Spec.HolderIdentity, l.Annotations[fkv1.AnnotationClaim]
-				if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil {
+		if led := fkv1.ReadLedger(&l, lock); err == nil && led.Exists {
+			st.Epoch = led.Epoch
+			if led.Held() && led.HolderIdentity != "" {
+				st.Holder, st.Claim = led.HolderIdentity, led.HolderClaim
+				if l.Spec.RenewTime != nil && led.LeaseDurationSeconds > 0 {
 					// A wall-clock estimate; the authority decides on its own clock.
-					left := time.Until(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second))
+					left := time.Until(l.Spec.RenewTime.Add(time.Duration(led.LeaseDurationSeconds) * time.Second))
 					st.TTLLeft = fmt.Sprintf("~%s", left.Round(time.Second))
 				}
 			}

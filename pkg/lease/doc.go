@@ -2,7 +2,7 @@
 // renewed, learn as early as possible when it is lost, and stamp the epoch on
 // every write so the protected object can refuse a stale holder.
 //
-// It follows the seed article's client state machine:
+// It follows the client state machine of docs/design.md §5:
 //
 //	IDLE -> ACQUIRING -> HELD -> SUSPECT -> LOST
 //	                      |                ^

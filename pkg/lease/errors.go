@@ -22,14 +22,9 @@ var (
 	ErrReleaseUncertain = errors.New("fencekeeper: release outcome unknown; the claim will expire if it was not deleted")
 )
 
-// staleCauses are the fencing webhook's causes for a refused stale holder.
-var staleCauses = map[string]bool{
-	fkv1.Prefix + "StaleEpoch":      true,
-	fkv1.Prefix + "NotCurrentEpoch": true,
-}
-
-// IsStaleEpoch reports whether err is the fencing webhook refusing a stale
-// epoch (directly or wrapped in ErrStaleEpoch).
+// IsStaleEpoch reports whether err is the fencing admission refusing a stale
+// epoch (directly or wrapped in ErrStaleEpoch). It goes by the denial's cause
+// type, never by its message text.
 func IsStaleEpoch(err error) bool {
 	if err == nil {
 		return false
@@ -44,12 +39,13 @@ func IsStaleEpoch(err error) bool {
 	st := se.Status()
 	if st.Details != nil {
 		for _, c := range st.Details.Causes {
-			if staleCauses[string(c.Type)] {
+			if strings.HasPrefix(string(c.Type), fkv1.Prefix) &&
+				fkv1.AdmissionReason(strings.TrimPrefix(string(c.Type), fkv1.Prefix)).IsStaleHolder() {
 				return true
 			}
 		}
 	}
-	return st.Code == 409 && strings.Contains(st.Message, "stale epoch ")
+	return false
 }
 
 type staleError struct{ err error }

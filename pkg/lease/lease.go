@@ -187,7 +187,7 @@ func (l *Lease) renew(ctx context.Context) error {
 			}
 			cur = &fresh
 		}
-		if got := types.UID(cur.Annotations[fkv1.AnnotationClaimUID]); got != l.UID {
+		if got := fkv1.ReadLedger(cur, l.Lock).HolderUID; got != l.UID {
 			return fmt.Errorf("the Lease of lock %s/%s names claim %q, not ours (%s): %w", l.Namespace, l.Lock, got, l.UID, ErrLost)
 		}
 		upd := cur.DeepCopy()

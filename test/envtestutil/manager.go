@@ -7,35 +7,24 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/controllers"
-	"github.com/fencekeeper/fencekeeper/webhook"
 )
 
 // Scheme knows the built-in kinds and fencekeeper's.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(fkv1.AddToScheme(s))
-	return s
-}
+func Scheme() *runtime.Scheme { return controllers.Scheme() }
 
 // ManagerOptions configure an in-process manager.
 type ManagerOptions struct {
 	// WrapTransport wraps the manager's HTTP transport (to count its writes).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
-	// ConflictRecheck for the lock controller (0: its default).
-	ConflictRecheck time.Duration
+	// ForeignLeaseRecheck for the lock controller (0: its default).
+	ForeignLeaseRecheck time.Duration
 	// Webhook, when set, serves the fencing webhook where envtest registered it.
 	Webhook *envtest.WebhookInstallOptions
 	// SyncPeriod of the cache (0: controller-runtime's default).
@@ -77,23 +66,11 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := (&controllers.LockReconciler{
-		Client:          mgr.GetClient(),
-		APIReader:       mgr.GetAPIReader(),
-		Recorder:        mgr.GetEventRecorder("fencekeeper"),
-		ConflictRecheck: o.ConflictRecheck,
-	}).SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: 4, RecoverPanic: ptr.To(false)}); err != nil {
+	if err := controllers.Setup(ctx, mgr, controllers.Options{
+		Concurrency: 4, ForeignLeaseRecheck: o.ForeignLeaseRecheck, Webhook: o.Webhook != nil, ForTests: true,
+	}); err != nil {
 		cancel()
 		return nil, err
-	}
-	if err := (&controllers.PodLeaseReconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("fencekeeper"),
-	}).SetupWithManager(mgr, controller.Options{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: 4, RecoverPanic: ptr.To(false)}); err != nil {
-		cancel()
-		return nil, err
-	}
-	if o.Webhook != nil {
-		webhook.SetupWithManager(mgr)
 	}
 	m := &Manager{Mgr: mgr, cancel: cancel, done: make(chan error, 1)}
 	go func() { m.done <- mgr.Start(ctx) }()

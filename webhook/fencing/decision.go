@@ -1,31 +1,18 @@
 // Package fencing decides whether a write to a fenced object is allowed: the
-// six rules of DESIGN §3 as pure functions of (operation, old object, new
+// rules of docs/design.md §3 as pure functions of (operation, old object, new
 // object, lock state), so they can be table-tested and fuzzed without an
 // apiserver. The admission handler around them only decodes and looks up.
 package fencing
 
 import (
 	"fmt"
-	"math"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
-)
-
-// AnnotationFencePolicy selects the fencing policy of one object.
-const AnnotationFencePolicy = fkv1.Prefix + "fence-policy"
-
-// Policies.
-const (
-	// PolicyCurrent (default): the epoch must be the lock's current held epoch.
-	PolicyCurrent = "current"
-	// PolicyMonotonic: only the per-object watermark and the issued bound apply.
-	PolicyMonotonic = "monotonic"
 )
 
 // Operation is the admission operation.
@@ -35,23 +22,6 @@ type Operation string
 const (
 	Create Operation = "CREATE"
 	Update Operation = "UPDATE"
-)
-
-// Reason is the machine-readable cause of a decision.
-type Reason string
-
-// Reasons.
-const (
-	ReasonContentWithEpoch   Reason = "EpochAccepted"
-	ReasonMetadataOnly       Reason = "MetadataOnly"
-	ReasonMissingEpoch       Reason = "MissingEpoch"
-	ReasonMalformedEpoch     Reason = "MalformedEpoch"
-	ReasonStaleEpoch         Reason = "StaleEpoch"
-	ReasonNotCurrentEpoch    Reason = "NotCurrentEpoch"
-	ReasonFutureEpoch        Reason = "FutureEpoch"
-	ReasonLockLabelImmutable Reason = "LockLabelImmutable"
-	ReasonEpochRemoved       Reason = "EpochAnnotationRemoved"
-	ReasonInvalidPolicy      Reason = "InvalidFencePolicy"
 )
 
 // LockState is what the authority (the lock's backing Lease) says.
@@ -68,6 +38,21 @@ type LockState struct {
 	Holder string
 }
 
+// StateOf is the lock state a ledger records. A Lease that never granted, or
+// one with a damaged counter, counts as no lock: nothing may be presented
+// against it until the authority repairs it.
+func StateOf(namespace, name string, l fkv1.Ledger) LockState {
+	s := LockState{Namespace: namespace, Name: name}
+	if !l.Exists || !l.EpochValid || l.Epoch < 1 {
+		return s
+	}
+	s.Exists, s.Issued = true, l.Epoch
+	if l.Held() {
+		s.HeldEpoch, s.Holder = l.Epoch, l.HolderIdentity
+	}
+	return s
+}
+
 func (l LockState) String() string { return l.Namespace + "/" + l.Name }
 
 func (l LockState) holderText() string {
@@ -80,7 +65,7 @@ func (l LockState) holderText() string {
 // Decision is an admission verdict.
 type Decision struct {
 	Allowed bool
-	Reason  Reason
+	Reason  fkv1.AdmissionReason
 	// Code is the HTTP status of a denial: 409 for stale or not-current
 	// epochs, 403 for a forged one, 422 for malformed input.
 	Code    int32
@@ -89,9 +74,11 @@ type Decision struct {
 	Epoch int64
 }
 
-func allow(r Reason, epoch int64) Decision { return Decision{Allowed: true, Reason: r, Epoch: epoch} }
+func allow(r fkv1.AdmissionReason, epoch int64) Decision {
+	return Decision{Allowed: true, Reason: r, Epoch: epoch}
+}
 
-func deny(code int32, r Reason, epoch int64, format string, args ...any) Decision {
+func deny(code int32, r fkv1.AdmissionReason, epoch int64, format string, args ...any) Decision {
 	return Decision{Reason: r, Code: code, Epoch: epoch, Message: fmt.Sprintf(format, args...)}
 }
 
@@ -115,14 +102,14 @@ func NeedsLock(op Operation, old, obj *unstructured.Unstructured) (int64, bool) 
 	if op == Update && !ContentChanged(old, obj) {
 		return 0, false
 	}
-	e, err := ParseEpoch(obj.GetAnnotations()[fkv1.AnnotationEpoch])
+	e, err := fkv1.ParseEpoch(obj.GetAnnotations()[fkv1.AnnotationEpoch])
 	if err != nil {
 		return 0, false
 	}
 	return e, true
 }
 
-// Decide applies DESIGN §3's rules to one write. old is nil on CREATE.
+// Decide applies the rules of docs/design.md §3 to one write. old is nil on CREATE.
 func Decide(op Operation, old, obj *unstructured.Unstructured, lock LockState) Decision {
 	lockRef := lock.String()
 
@@ -130,12 +117,12 @@ func Decide(op Operation, old, obj *unstructured.Unstructured, lock LockState) D
 	if op == Update && old != nil {
 		oldLock, newLock := old.GetLabels()[fkv1.LabelLock], obj.GetLabels()[fkv1.LabelLock]
 		if oldLock != "" && newLock != oldLock {
-			return deny(http.StatusUnprocessableEntity, ReasonLockLabelImmutable, 0,
+			return deny(http.StatusUnprocessableEntity, fkv1.AdmissionLockLabelImmutable, 0,
 				"the %s label of a fenced object cannot be removed or changed (it is %q; wanted %q)", fkv1.LabelLock, oldLock, newLock)
 		}
 		if _, had := old.GetAnnotations()[fkv1.AnnotationEpoch]; had {
 			if _, has := obj.GetAnnotations()[fkv1.AnnotationEpoch]; !has {
-				return deny(http.StatusUnprocessableEntity, ReasonEpochRemoved, 0,
+				return deny(http.StatusUnprocessableEntity, fkv1.AdmissionEpochRemoved, 0,
 					"the %s annotation of an object fenced by lock %s cannot be removed", fkv1.AnnotationEpoch, lockRef)
 			}
 		}
@@ -143,31 +130,31 @@ func Decide(op Operation, old, obj *unstructured.Unstructured, lock LockState) D
 
 	// Rule 6: metadata-only maintenance passes.
 	if op == Update && !ContentChanged(old, obj) {
-		return allow(ReasonMetadataOnly, 0)
+		return allow(fkv1.AdmissionMetadataOnly, 0)
 	}
 
 	// Rule 1: a content change carries a valid epoch.
 	raw, ok := obj.GetAnnotations()[fkv1.AnnotationEpoch]
 	if !ok {
-		return deny(http.StatusUnprocessableEntity, ReasonMissingEpoch, 0,
+		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionMissingEpoch, 0,
 			"missing epoch for lock %s: a write to an object fenced by this lock must carry annotation %s with the writer's epoch",
 			lockRef, fkv1.AnnotationEpoch)
 	}
-	epoch, err := ParseEpoch(raw)
+	epoch, err := fkv1.ParseEpoch(raw)
 	if err != nil {
-		return deny(http.StatusUnprocessableEntity, ReasonMalformedEpoch, 0,
+		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionMalformedEpoch, 0,
 			"malformed epoch for lock %s: %v", lockRef, err)
 	}
 
 	policy, err := effectivePolicy(op, old, obj)
 	if err != nil {
-		return deny(http.StatusUnprocessableEntity, ReasonInvalidPolicy, epoch, "%v", err)
+		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionInvalidPolicy, epoch, "%v", err)
 	}
 
 	// Rule 2: never below the object's watermark.
 	if op == Update && old != nil {
-		if stored, err := ParseEpoch(old.GetAnnotations()[fkv1.AnnotationEpoch]); err == nil && epoch < stored {
-			return deny(http.StatusConflict, ReasonStaleEpoch, epoch,
+		if stored, err := fkv1.ParseEpoch(old.GetAnnotations()[fkv1.AnnotationEpoch]); err == nil && epoch < stored {
+			return deny(http.StatusConflict, fkv1.AdmissionStaleEpoch, epoch,
 				"stale epoch %d for lock %s: object already accepted epoch %d (%s)", epoch, lockRef, stored, lock.holderText())
 		}
 	}
@@ -178,16 +165,16 @@ func Decide(op Operation, old, obj *unstructured.Unstructured, lock LockState) D
 		if lock.Exists {
 			issued = fmt.Sprintf("the last epoch issued is %d", lock.Issued)
 		}
-		return deny(http.StatusForbidden, ReasonFutureEpoch, epoch,
+		return deny(http.StatusForbidden, fkv1.AdmissionFutureEpoch, epoch,
 			"epoch %d for lock %s was never issued: %s", epoch, lockRef, issued)
 	}
 
 	// Rule 4: by default, only the current holder writes.
-	if policy == PolicyCurrent && epoch != lock.HeldEpoch {
-		return deny(http.StatusConflict, ReasonNotCurrentEpoch, epoch,
+	if policy == fkv1.FencePolicyCurrent && epoch != lock.HeldEpoch {
+		return deny(http.StatusConflict, fkv1.AdmissionNotCurrentEpoch, epoch,
 			"stale epoch %d for lock %s: it is not the lock's current epoch (%s)", epoch, lockRef, lock.holderText())
 	}
-	return allow(ReasonContentWithEpoch, epoch)
+	return allow(fkv1.AdmissionEpochAccepted, epoch)
 }
 
 // effectivePolicy is the stored object's policy on UPDATE (so a stale writer
@@ -197,41 +184,20 @@ func effectivePolicy(op Operation, old, obj *unstructured.Unstructured) (string,
 	if op == Update && old != nil {
 		src = old
 	}
-	p, ok := src.GetAnnotations()[AnnotationFencePolicy]
+	p, ok := src.GetAnnotations()[fkv1.AnnotationFencePolicy]
 	if op == Update && old != nil {
 		// A new policy value must itself be valid.
-		if np, set := obj.GetAnnotations()[AnnotationFencePolicy]; set && np != PolicyCurrent && np != PolicyMonotonic {
-			return "", fmt.Errorf("invalid %s %q: use %q or %q", AnnotationFencePolicy, np, PolicyCurrent, PolicyMonotonic)
+		if np, set := obj.GetAnnotations()[fkv1.AnnotationFencePolicy]; set && np != fkv1.FencePolicyCurrent && np != fkv1.FencePolicyMonotonic {
+			return "", fmt.Errorf("invalid %s %q: use %q or %q", fkv1.AnnotationFencePolicy, np, fkv1.FencePolicyCurrent, fkv1.FencePolicyMonotonic)
 		}
 	}
 	switch {
-	case !ok || p == PolicyCurrent:
-		return PolicyCurrent, nil
-	case p == PolicyMonotonic:
-		return PolicyMonotonic, nil
+	case !ok || p == fkv1.FencePolicyCurrent:
+		return fkv1.FencePolicyCurrent, nil
+	case p == fkv1.FencePolicyMonotonic:
+		return fkv1.FencePolicyMonotonic, nil
 	}
-	return "", fmt.Errorf("invalid %s %q: use %q or %q", AnnotationFencePolicy, p, PolicyCurrent, PolicyMonotonic)
-}
-
-// ParseEpoch parses an epoch: decimal digits only, no sign, no spaces, no
-// leading zero, in 1..2^63-1.
-func ParseEpoch(s string) (int64, error) {
-	if s == "" {
-		return 0, fmt.Errorf("epoch is empty; want a decimal integer in 1..%d", int64(math.MaxInt64))
-	}
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("epoch %q is not a decimal integer in 1..%d", s, int64(math.MaxInt64))
-		}
-	}
-	if s[0] == '0' {
-		return 0, fmt.Errorf("epoch %q must be in 1..%d without leading zeros", s, int64(math.MaxInt64))
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("epoch %q is out of range 1..%d", s, int64(math.MaxInt64))
-	}
-	return v, nil
+	return "", fmt.Errorf("invalid %s %q: use %q or %q", fkv1.AnnotationFencePolicy, p, fkv1.FencePolicyCurrent, fkv1.FencePolicyMonotonic)
 }
 
 // ContentChanged reports whether an update changes anything outside metadata

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
 const lockLabel = "fencekeeper.io/lock"
@@ -58,7 +60,7 @@ var heldBy42 = LockState{Namespace: "reports", Name: "report-2026-07", Exists: t
 func TestDecide(t *testing.T) {
 	free := heldBy42
 	free.HeldEpoch, free.Holder = 0, ""
-	monotonic := withAnnotation(AnnotationFencePolicy, PolicyMonotonic)
+	monotonic := withAnnotation(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic)
 	cases := []struct {
 		name   string
 		op     Operation
@@ -66,68 +68,68 @@ func TestDecide(t *testing.T) {
 		obj    *unstructured.Unstructured
 		lock   LockState
 		allow  bool
-		reason Reason
+		reason fkv1.AdmissionReason
 		code   int32
 		msg    string
 	}{
 		// Rule 1: content changes carry a valid epoch.
-		{name: "create with the current epoch", op: Create, obj: cm("v12", "42"), lock: heldBy42, allow: true, reason: ReasonContentWithEpoch},
-		{name: "create without an epoch", op: Create, obj: cm("v12", "-"), lock: heldBy42, reason: ReasonMissingEpoch, code: 422, msg: "missing epoch for lock reports/report-2026-07"},
-		{name: "update without an epoch", op: Update, old: cm("v11", "-"), obj: cm("v12", "-"), lock: heldBy42, reason: ReasonMissingEpoch, code: 422},
-		{name: "epoch abc", op: Update, old: cm("v11", "41"), obj: cm("v12", "abc"), lock: heldBy42, reason: ReasonMalformedEpoch, code: 422, msg: `epoch "abc" is not a decimal integer`},
-		{name: "epoch -1", op: Update, old: cm("v11", "41"), obj: cm("v12", "-1"), lock: heldBy42, reason: ReasonMalformedEpoch},
-		{name: "epoch 0", op: Update, old: cm("v11", "41"), obj: cm("v12", "0"), lock: heldBy42, reason: ReasonMalformedEpoch},
-		{name: "epoch +5", op: Update, old: cm("v11", "41"), obj: cm("v12", "+5"), lock: heldBy42, reason: ReasonMalformedEpoch},
-		{name: "epoch ' 5'", op: Update, old: cm("v11", "41"), obj: cm("v12", " 5"), lock: heldBy42, reason: ReasonMalformedEpoch},
-		{name: "epoch 2^63", op: Update, old: cm("v11", "41"), obj: cm("v12", "9223372036854775808"), lock: heldBy42, reason: ReasonMalformedEpoch, msg: "out of range"},
-		{name: "epoch empty", op: Update, old: cm("v11", "41"), obj: cm("v12", ""), lock: heldBy42, reason: ReasonMalformedEpoch},
-		{name: "epoch 042", op: Update, old: cm("v11", "41"), obj: cm("v12", "042"), lock: heldBy42, reason: ReasonMalformedEpoch},
+		{name: "create with the current epoch", op: Create, obj: cm("v12", "42"), lock: heldBy42, allow: true, reason: fkv1.AdmissionEpochAccepted},
+		{name: "create without an epoch", op: Create, obj: cm("v12", "-"), lock: heldBy42, reason: fkv1.AdmissionMissingEpoch, code: 422, msg: "missing epoch for lock reports/report-2026-07"},
+		{name: "update without an epoch", op: Update, old: cm("v11", "-"), obj: cm("v12", "-"), lock: heldBy42, reason: fkv1.AdmissionMissingEpoch, code: 422},
+		{name: "epoch abc", op: Update, old: cm("v11", "41"), obj: cm("v12", "abc"), lock: heldBy42, reason: fkv1.AdmissionMalformedEpoch, code: 422, msg: `epoch "abc" is not a decimal integer`},
+		{name: "epoch -1", op: Update, old: cm("v11", "41"), obj: cm("v12", "-1"), lock: heldBy42, reason: fkv1.AdmissionMalformedEpoch},
+		{name: "epoch 0", op: Update, old: cm("v11", "41"), obj: cm("v12", "0"), lock: heldBy42, reason: fkv1.AdmissionMalformedEpoch},
+		{name: "epoch +5", op: Update, old: cm("v11", "41"), obj: cm("v12", "+5"), lock: heldBy42, reason: fkv1.AdmissionMalformedEpoch},
+		{name: "epoch ' 5'", op: Update, old: cm("v11", "41"), obj: cm("v12", " 5"), lock: heldBy42, reason: fkv1.AdmissionMalformedEpoch},
+		{name: "epoch 2^63", op: Update, old: cm("v11", "41"), obj: cm("v12", "9223372036854775808"), lock: heldBy42, reason: fkv1.AdmissionMalformedEpoch, msg: "out of range"},
+		{name: "epoch empty", op: Update, old: cm("v11", "41"), obj: cm("v12", ""), lock: heldBy42, reason: fkv1.AdmissionMalformedEpoch},
+		{name: "epoch 042", op: Update, old: cm("v11", "41"), obj: cm("v12", "042"), lock: heldBy42, reason: fkv1.AdmissionMalformedEpoch},
 
 		// Rule 2: the per-object watermark.
 		{name: "equal to the watermark", op: Update, old: cm("v12", "42"), obj: cm("v13", "42"), lock: heldBy42, allow: true},
-		{name: "one below the watermark (the paused W1)", op: Update, old: cm("v12", "42"), obj: cm("v11", "41"), lock: heldBy42, reason: ReasonStaleEpoch, code: http.StatusConflict,
+		{name: "one below the watermark (the paused W1)", op: Update, old: cm("v12", "42"), obj: cm("v11", "41"), lock: heldBy42, reason: fkv1.AdmissionStaleEpoch, code: http.StatusConflict,
 			msg: "stale epoch 41 for lock reports/report-2026-07: object already accepted epoch 42 (current holder W2, epoch 42)"},
-		{name: "one below the watermark under monotonic", op: Update, old: cm("v12", "42", monotonic), obj: cm("v11", "41", monotonic), lock: heldBy42, reason: ReasonStaleEpoch, code: 409},
+		{name: "one below the watermark under monotonic", op: Update, old: cm("v12", "42", monotonic), obj: cm("v11", "41", monotonic), lock: heldBy42, reason: fkv1.AdmissionStaleEpoch, code: 409},
 		{name: "one above the watermark", op: Update, old: cm("v11", "41"), obj: cm("v12", "42"), lock: heldBy42, allow: true},
-		{name: "bumping only the epoch annotation down is a content change", op: Update, old: cm("v12", "42"), obj: cm("v12", "41"), lock: heldBy42, reason: ReasonStaleEpoch},
+		{name: "bumping only the epoch annotation down is a content change", op: Update, old: cm("v12", "42"), obj: cm("v12", "41"), lock: heldBy42, reason: fkv1.AdmissionStaleEpoch},
 
 		// Rule 3: the issued bound.
 		{name: "equal to the issued epoch", op: Update, old: cm("v11", "41"), obj: cm("v12", "42"), lock: heldBy42, allow: true},
-		{name: "one above the issued epoch (forged)", op: Update, old: cm("v11", "41"), obj: cm("v12", "43"), lock: heldBy42, reason: ReasonFutureEpoch, code: http.StatusForbidden,
+		{name: "one above the issued epoch (forged)", op: Update, old: cm("v11", "41"), obj: cm("v12", "43"), lock: heldBy42, reason: fkv1.AdmissionFutureEpoch, code: http.StatusForbidden,
 			msg: "epoch 43 for lock reports/report-2026-07 was never issued: the last epoch issued is 42"},
-		{name: "forged under monotonic", op: Update, old: cm("v11", "41", monotonic), obj: cm("v12", "43", monotonic), lock: heldBy42, reason: ReasonFutureEpoch},
-		{name: "unknown lock", op: Create, obj: cm("v1", "1"), lock: LockState{Namespace: "reports", Name: "report-2026-07"}, reason: ReasonFutureEpoch, msg: "no epoch was ever issued"},
+		{name: "forged under monotonic", op: Update, old: cm("v11", "41", monotonic), obj: cm("v12", "43", monotonic), lock: heldBy42, reason: fkv1.AdmissionFutureEpoch},
+		{name: "unknown lock", op: Create, obj: cm("v1", "1"), lock: LockState{Namespace: "reports", Name: "report-2026-07"}, reason: fkv1.AdmissionFutureEpoch, msg: "no epoch was ever issued"},
 
 		// Rule 4: current versus monotonic.
-		{name: "untouched object, stale holder, policy current", op: Update, old: cm("v10", "40"), obj: cm("v11", "41"), lock: heldBy42, reason: ReasonNotCurrentEpoch, code: 409,
+		{name: "untouched object, stale holder, policy current", op: Update, old: cm("v10", "40"), obj: cm("v11", "41"), lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch, code: 409,
 			msg: "stale epoch 41 for lock reports/report-2026-07: it is not the lock's current epoch (current holder W2, epoch 42)"},
 		{name: "untouched object, stale holder, policy monotonic", op: Update, old: cm("v10", "40", monotonic), obj: cm("v11", "41", monotonic), lock: heldBy42, allow: true},
-		{name: "lock free: nobody writes under current", op: Update, old: cm("v10", "42"), obj: cm("v11", "42"), lock: free, reason: ReasonNotCurrentEpoch, msg: "lock is free, last epoch 42"},
+		{name: "lock free: nobody writes under current", op: Update, old: cm("v10", "42"), obj: cm("v11", "42"), lock: free, reason: fkv1.AdmissionNotCurrentEpoch, msg: "lock is free, last epoch 42"},
 		{name: "lock free: monotonic still accepts the last epoch", op: Update, old: cm("v10", "42", monotonic), obj: cm("v11", "42", monotonic), lock: free, allow: true},
-		{name: "a stale writer cannot relax the policy with its own write", op: Update, old: cm("v10", "40"), obj: cm("v11", "41", monotonic), lock: heldBy42, reason: ReasonNotCurrentEpoch},
+		{name: "a stale writer cannot relax the policy with its own write", op: Update, old: cm("v10", "40"), obj: cm("v11", "41", monotonic), lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch},
 		{name: "create under monotonic with an old epoch", op: Create, obj: cm("v1", "41", monotonic), lock: heldBy42, allow: true},
-		{name: "invalid policy", op: Create, obj: cm("v1", "42", withAnnotation(AnnotationFencePolicy, "lenient")), lock: heldBy42, reason: ReasonInvalidPolicy, code: 422},
+		{name: "invalid policy", op: Create, obj: cm("v1", "42", withAnnotation(fkv1.AnnotationFencePolicy, "lenient")), lock: heldBy42, reason: fkv1.AdmissionInvalidPolicy, code: 422},
 
 		// Rule 5: the label and the epoch annotation stay.
-		{name: "fencing label removed", op: Update, old: cm("v12", "42"), obj: cm("v12", "42", withLabel(lockLabel, "")), lock: heldBy42, reason: ReasonLockLabelImmutable, code: 422},
-		{name: "fencing label pointed at another lock", op: Update, old: cm("v12", "42"), obj: cm("v12", "42", withLabel(lockLabel, "other")), lock: heldBy42, reason: ReasonLockLabelImmutable},
-		{name: "epoch annotation removed", op: Update, old: cm("v12", "42"), obj: cm("v12", "-"), lock: heldBy42, reason: ReasonEpochRemoved, code: 422},
-		{name: "fencing an unfenced object needs an epoch", op: Update, old: cm("v12", "-", withLabel(lockLabel, "")), obj: cm("v12", "-"), lock: heldBy42, reason: ReasonMissingEpoch},
+		{name: "fencing label removed", op: Update, old: cm("v12", "42"), obj: cm("v12", "42", withLabel(lockLabel, "")), lock: heldBy42, reason: fkv1.AdmissionLockLabelImmutable, code: 422},
+		{name: "fencing label pointed at another lock", op: Update, old: cm("v12", "42"), obj: cm("v12", "42", withLabel(lockLabel, "other")), lock: heldBy42, reason: fkv1.AdmissionLockLabelImmutable},
+		{name: "epoch annotation removed", op: Update, old: cm("v12", "42"), obj: cm("v12", "-"), lock: heldBy42, reason: fkv1.AdmissionEpochRemoved, code: 422},
+		{name: "fencing an unfenced object needs an epoch", op: Update, old: cm("v12", "-", withLabel(lockLabel, "")), obj: cm("v12", "-"), lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
 
 		// Rule 6: metadata-only maintenance.
 		{name: "finalizer removed with an old epoch", op: Update,
 			old: cm("v12", "40", func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"example.com/x"}) }),
-			obj: cm("v12", "40"), lock: heldBy42, allow: true, reason: ReasonMetadataOnly},
+			obj: cm("v12", "40"), lock: heldBy42, allow: true, reason: fkv1.AdmissionMetadataOnly},
 		{name: "ownerReference removed (garbage collector)", op: Update,
 			old: cm("v12", "40", func(u *unstructured.Unstructured) {
 				u.SetOwnerReferences(nil)
 				u.Object["metadata"].(map[string]any)["ownerReferences"] = []any{map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "u1"}}
 			}),
-			obj: cm("v12", "40"), lock: heldBy42, allow: true, reason: ReasonMetadataOnly},
-		{name: "unrelated label added", op: Update, old: cm("v12", "40"), obj: cm("v12", "40", withLabel("team", "finance")), lock: heldBy42, allow: true, reason: ReasonMetadataOnly},
+			obj: cm("v12", "40"), lock: heldBy42, allow: true, reason: fkv1.AdmissionMetadataOnly},
+		{name: "unrelated label added", op: Update, old: cm("v12", "40"), obj: cm("v12", "40", withLabel("team", "finance")), lock: heldBy42, allow: true, reason: fkv1.AdmissionMetadataOnly},
 		{name: "status-only update", op: Update, old: cm("v12", "40"),
-			obj: cm("v12", "40", func(u *unstructured.Unstructured) { u.Object["status"] = map[string]any{"phase": "Published"} }), lock: heldBy42, allow: true, reason: ReasonMetadataOnly},
-		{name: "metadata-only on a lock that is free", op: Update, old: cm("v12", "42"), obj: cm("v12", "42", withAnnotation("note", "x")), lock: free, allow: true, reason: ReasonMetadataOnly},
+			obj: cm("v12", "40", func(u *unstructured.Unstructured) { u.Object["status"] = map[string]any{"phase": "Published"} }), lock: heldBy42, allow: true, reason: fkv1.AdmissionMetadataOnly},
+		{name: "metadata-only on a lock that is free", op: Update, old: cm("v12", "42"), obj: cm("v12", "42", withAnnotation("note", "x")), lock: free, allow: true, reason: fkv1.AdmissionMetadataOnly},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -167,15 +169,15 @@ func FuzzDecide(f *testing.F) {
 		lock := heldBy42
 		lock.HeldEpoch = held
 		d := Decide(op, old, obj, lock)
-		_, err := ParseEpoch(epoch)
+		_, err := fkv1.ParseEpoch(epoch)
 		if err != nil && d.Allowed && ContentChanged(old, obj) {
 			t.Fatalf("allowed unparsable epoch %q: %+v", epoch, d)
 		}
-		if d.Allowed && d.Reason == ReasonContentWithEpoch {
+		if d.Allowed && d.Reason == fkv1.AdmissionEpochAccepted {
 			if d.Epoch < 1 || d.Epoch > lock.Issued {
 				t.Fatalf("allowed epoch %d outside 1..%d", d.Epoch, lock.Issued)
 			}
-			if s, err := ParseEpoch(stored); update && err == nil && d.Epoch < s {
+			if s, err := fkv1.ParseEpoch(stored); update && err == nil && d.Epoch < s {
 				t.Fatalf("allowed epoch %d below watermark %d", d.Epoch, s)
 			}
 		}

@@ -1,4 +1,4 @@
-package controllers
+package podlease
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func podView(pod *corev1.Pod, claim *fkv1.FencedLease, asked bool) podLeaseView 
 // syncPod writes the view onto the pod: a metadata patch for the
 // annotations and a strategic-merge status patch for the one condition, each
 // only when something changed.
-func (r *PodLeaseReconciler) syncPod(ctx context.Context, pod *corev1.Pod, claim *fkv1.FencedLease, asked bool) error {
+func (r *Reconciler) syncPod(ctx context.Context, pod *corev1.Pod, claim *fkv1.FencedLease, asked bool) error {
 	v := podView(pod, claim, asked)
 	if v.reason == "" {
 		return nil
@@ -71,7 +71,7 @@ func (r *PodLeaseReconciler) syncPod(ctx context.Context, pod *corev1.Pod, claim
 	}
 	if len(patch) > 0 {
 		body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": patch}})
-		if err := r.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body)); err != nil {
+		if err := r.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body)); err != nil {
 			return fmt.Errorf("annotating pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		if v.state == fkv1.LeaseStateHeld || v.state == fkv1.LeaseStateLost {
@@ -79,7 +79,7 @@ func (r *PodLeaseReconciler) syncPod(ctx context.Context, pod *corev1.Pod, claim
 			if claim != nil {
 				related = claim
 			}
-			r.Recorder.Eventf(pod, related, corev1.EventTypeNormal, "Lease"+v.state, "Lease", "%s", v.message)
+			r.recorder.Eventf(pod, related, corev1.EventTypeNormal, "Lease"+v.state, "Lease", "%s", v.message)
 		}
 	}
 	_, err := r.patchCondition(ctx, pod, v.cond, v.reason, v.message)
@@ -88,7 +88,7 @@ func (r *PodLeaseReconciler) syncPod(ctx context.Context, pod *corev1.Pod, claim
 
 // patchCondition sets the fencekeeper.io/lease-held condition; a strategic
 // merge patch keyed by type touches no other condition.
-func (r *PodLeaseReconciler) patchCondition(ctx context.Context, pod *corev1.Pod, status corev1.ConditionStatus, reason, msg string) (bool, error) {
+func (r *Reconciler) patchCondition(ctx context.Context, pod *corev1.Pod, status corev1.ConditionStatus, reason, msg string) (bool, error) {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == fkv1.PodConditionLeaseHeld && c.Status == status && c.Reason == reason && c.Message == msg {
 			return false, nil
@@ -104,7 +104,7 @@ func (r *PodLeaseReconciler) patchCondition(ctx context.Context, pod *corev1.Pod
 	// Conditions merge by type under a strategic merge patch: no other
 	// condition is touched (the cached pod is stripped and could not say).
 	body, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
-	if err := r.Client.Status().Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, body)); err != nil {
+	if err := r.client.Status().Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, body)); err != nil {
 		return false, fmt.Errorf("setting condition %s on pod %s/%s: %w", fkv1.PodConditionLeaseHeld, pod.Namespace, pod.Name, err)
 	}
 	return true, nil

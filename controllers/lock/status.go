@@ -1,4 +1,4 @@
-package controllers
+package lock
 
 import (
 	"fmt"
@@ -14,9 +14,11 @@ import (
 // statusInputs is the lock's state after this reconcile's Lease write, from
 // which every claim's status follows.
 type statusInputs struct {
-	lease    *coordinationv1.Lease // nil while the lock is in conflict
-	ledger   ledger
-	conflict string // non-empty: why an unmanaged Lease blocks the lock
+	lease  *coordinationv1.Lease // nil while a foreign Lease blocks the lock
+	ledger fkv1.Ledger
+	// foreign is non-empty while a Lease fencekeeper does not manage blocks
+	// the lock: why.
+	foreign string
 	// expiredUID is the holder this reconcile expired (reason Expired rather
 	// than Superseded).
 	expiredUID string
@@ -35,12 +37,12 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 	lockName := c.Spec.LockName
 
 	switch {
-	case in.conflict == "" && c.UID == in.ledger.holderUID && in.lease != nil:
+	case in.foreign == "" && c.UID == in.ledger.HolderUID && in.lease != nil:
 		transition := ""
 		if st.Phase != fkv1.PhaseHeld {
 			transition = fkv1.ReasonGranted
 			if st.Epoch == 0 {
-				st.Epoch = in.ledger.epoch
+				st.Epoch = in.ledger.Epoch
 			}
 			st.Phase = fkv1.PhaseHeld
 			st.AcquireTime = microToTime(in.lease.Spec.AcquireTime)
@@ -56,17 +58,17 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		meta.RemoveStatusCondition(&st.Conditions, fkv1.ConditionLockConflict)
 		return st, transition
 
-	case st.Phase == fkv1.PhaseHeld && st.Epoch > in.ledger.epoch && in.conflict == "":
+	case st.Phase == fkv1.PhaseHeld && st.Epoch > in.ledger.Epoch && in.foreign == "":
 		// The Lease we read is older than this claim's grant (a cache behind
 		// another controller's write): it proves nothing about this claim.
 		return st, ""
 
-	case st.Phase == fkv1.PhaseHeld || (in.ledger.previousUID != "" && c.UID == in.ledger.previousUID):
+	case st.Phase == fkv1.PhaseHeld || (in.ledger.PreviousUID != "" && c.UID == in.ledger.PreviousUID):
 		// It held the lock and the Lease, at or past its grant, no longer
 		// names it.
 		reason := fkv1.ReasonSuperseded
 		msg := fmt.Sprintf("Lost lock %s: the Lease names another holder", lockName)
-		if string(c.UID) == in.expiredUID || c.UID == in.ledger.previousUID {
+		if string(c.UID) == in.expiredUID || c.UID == in.ledger.PreviousUID {
 			reason = fkv1.ReasonExpired
 			msg = fmt.Sprintf("Lease on lock %s expired: no renewal observed for %ds", lockName, c.LeaseDurationSeconds())
 		}
@@ -81,9 +83,9 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		}
 		st.Phase = fkv1.PhasePending
 		st.LeaseName = lockName
-		if in.conflict != "" {
-			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonLockConflict, in.conflict)
-			setCondition(&st, fkv1.ConditionLockConflict, metav1.ConditionTrue, fkv1.ReasonLockConflict, in.conflict)
+		if in.foreign != "" {
+			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonLockConflict, in.foreign)
+			setCondition(&st, fkv1.ConditionLockConflict, metav1.ConditionTrue, fkv1.ReasonLockConflict, in.foreign)
 		} else {
 			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonQueued,
 				fmt.Sprintf("Waiting in the queue of lock %s", lockName))

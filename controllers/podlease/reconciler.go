@@ -1,37 +1,40 @@
-package controllers
+package podlease
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
 )
 
-// PodLeaseReconciler turns the fencekeeper.io/lease annotation of a pod into
+// Reconciler turns the fencekeeper.io/lease annotation of a pod into
 // a claim owned by the pod, and reports the claim back on the pod: the
 // fencekeeper.io/epoch and fencekeeper.io/lease-state annotations (read by
 // the app through a downward-API volume) and the fencekeeper.io/lease-held
 // condition (usable as a readiness gate). Whether the lease stays alive is
 // the lock controller's business: it reads the pod's readiness instead of
 // waiting for renewals, so a held pod lease costs no periodic writes.
-type PodLeaseReconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
+type Reconciler struct {
+	client   client.Client
+	recorder events.EventRecorder
+}
+
+// NewReconciler returns the pod bridge.
+func NewReconciler(c client.Client, recorder events.EventRecorder) *Reconciler {
+	return &Reconciler{client: c, recorder: recorder}
 }
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
@@ -39,12 +42,12 @@ type PodLeaseReconciler struct {
 // +kubebuilder:rbac:groups=fencekeeper.io,resources=fencedleases,verbs=create;delete
 
 // Reconcile brings one pod's claims and lease annotations in line.
-func (r *PodLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	logger := log.FromContext(ctx).WithValues("pod", req.String())
 	ctx = log.IntoContext(ctx, logger)
 
 	var pod corev1.Pod
-	err := r.Client.Get(ctx, req.NamespacedName, &pod)
+	err := r.client.Get(ctx, req.NamespacedName, &pod)
 	if apierrors.IsNotFound(err) {
 		return ctrl.Result{}, r.deleteClaims(ctx, req.Namespace, req.Name, "", "", false)
 	}
@@ -53,14 +56,14 @@ func (r *PodLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 
 	lock, ttl, invalid := leaseRequest(&pod)
-	wanted := lock != "" && invalid == "" && livenessOf(&pod, string(pod.UID)) != podGone
+	wanted := lock != "" && invalid == "" && pods.LivenessOf(&pod, string(pod.UID)) != pods.Gone
 	keep := ""
 	if wanted {
 		keep = lock
 	}
 	// Give up claims for another lock, of an older pod with this name, or all
 	// of them when the pod stopped asking, is invalid, terminal or deleting.
-	retry := livenessOf(&pod, string(pod.UID)) == podLive
+	retry := pods.LivenessOf(&pod, string(pod.UID)) == pods.Live
 	if err := r.deleteClaims(ctx, pod.Namespace, pod.Name, pod.UID, keep, retry); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -83,46 +86,14 @@ func (r *PodLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	return ctrl.Result{}, r.syncPod(ctx, &pod, claim, true)
 }
 
-// leaseRequest reads and validates the pod's annotations.
-func leaseRequest(pod *corev1.Pod) (lock string, ttl int32, invalid string) {
-	lock = pod.Annotations[fkv1.AnnotationLease]
-	if lock == "" {
-		return "", 0, ""
-	}
-	if errs := validation.IsDNS1123Subdomain(lock); len(errs) > 0 || len(lock) > 63 {
-		return lock, 0, fmt.Sprintf("annotation %s=%q is not a valid lock name: a DNS-1123 subdomain of at most 63 characters", fkv1.AnnotationLease, lock)
-	}
-	ttl = fkv1.DefaultLeaseDurationSeconds
-	if v, ok := pod.Annotations[fkv1.AnnotationLeaseDuration]; ok {
-		n, err := strconv.ParseInt(v, 10, 32)
-		if err != nil || n < 1 || n > 86400 {
-			return lock, 0, fmt.Sprintf("annotation %s=%q must be a whole number of seconds in 1..86400", fkv1.AnnotationLeaseDuration, v)
-		}
-		ttl = int32(n)
-	}
-	return lock, ttl, ""
-}
-
-// PodClaimName is the deterministic claim name for a pod and lock: valid for
-// any pod name (up to 253 characters) and lock name.
-func PodClaimName(pod *corev1.Pod, lock string) string {
-	sum := sha256.Sum256([]byte(string(pod.UID) + "/" + lock))
-	base := pod.Name
-	if len(base) > 200 {
-		base = base[:200]
-	}
-	base = strings.TrimRight(base, "-.")
-	return base + "-" + hex.EncodeToString(sum[:])[:10]
-}
-
 // IndexPodOwner indexes FencedLeases by the name of the pod they were made for.
 const IndexPodOwner = "podOwner"
 
 // podClaims lists the claims made for pod name in ns (any pod of that name,
 // current or gone), through an index: no scan of the namespace's claims.
-func (r *PodLeaseReconciler) podClaims(ctx context.Context, ns, name string) ([]fkv1.FencedLease, error) {
+func (r *Reconciler) podClaims(ctx context.Context, ns, name string) ([]fkv1.FencedLease, error) {
 	var list fkv1.FencedLeaseList
-	if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexPodOwner: name}); err != nil {
+	if err := r.client.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexPodOwner: name}); err != nil {
 		return nil, err
 	}
 	return list.Items, nil
@@ -132,17 +103,17 @@ func (r *PodLeaseReconciler) podClaims(ctx context.Context, ns, name string) ([]
 // the pod (uid) for the lock keep. With retry (the pod is live again), an
 // Expired claim is deleted too, so the pod contends again with a fresh claim;
 // a pod that is not live keeps its Expired claim and shows Lost.
-func (r *PodLeaseReconciler) deleteClaims(ctx context.Context, ns, name string, uid types.UID, keep string, retry bool) error {
+func (r *Reconciler) deleteClaims(ctx context.Context, ns, name string, uid types.UID, keep string, retry bool) error {
 	claims, err := r.podClaims(ctx, ns, name)
 	if err != nil {
 		return err
 	}
 	for i := range claims {
 		c := &claims[i]
-		if keep != "" && podOwnerRef(c).UID == uid && c.Spec.LockName == keep && (c.Status.Phase != fkv1.PhaseExpired || !retry) {
+		if keep != "" && pods.OwnerRef(c).UID == uid && c.Spec.LockName == keep && (c.Status.Phase != fkv1.PhaseExpired || !retry) {
 			continue
 		}
-		if err := r.Client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("releasing claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
 		log.FromContext(ctx).Info("released pod claim", "claim", c.Name, "lock", c.Spec.LockName, "phase", c.Status.Phase)
@@ -150,10 +121,10 @@ func (r *PodLeaseReconciler) deleteClaims(ctx context.Context, ns, name string, 
 	return nil
 }
 
-func (r *PodLeaseReconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, lock string, ttl int32) (*fkv1.FencedLease, error) {
+func (r *Reconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, lock string, ttl int32) (*fkv1.FencedLease, error) {
 	name := PodClaimName(pod, lock)
 	var claim fkv1.FencedLease
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, &claim)
+	err := r.client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, &claim)
 	if err == nil {
 		return &claim, nil
 	}
@@ -171,16 +142,34 @@ func (r *PodLeaseReconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, l
 		},
 		Spec: fkv1.FencedLeaseSpec{LockName: lock, HolderIdentity: pod.Name, LeaseDurationSeconds: ptr.To(ttl)},
 	}
-	if err := r.Client.Create(ctx, &claim); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := r.client.Create(ctx, &claim); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("creating claim %s/%s for pod %s: %w", pod.Namespace, name, pod.Name, err)
 	}
 	return &claim, nil
 }
 
-func (r *PodLeaseReconciler) reportInvalid(ctx context.Context, pod *corev1.Pod, msg string) error {
+func (r *Reconciler) reportInvalid(ctx context.Context, pod *corev1.Pod, msg string) error {
 	changed, err := r.patchCondition(ctx, pod, corev1.ConditionFalse, fkv1.ReasonInvalidLeaseRequest, msg)
 	if err == nil && changed {
-		r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, fkv1.ReasonInvalidLeaseRequest, "RequestLease", "%s", msg)
+		r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, fkv1.ReasonInvalidLeaseRequest, "RequestLease", "%s", msg)
 	}
 	return err
+}
+
+// SetupWithManager registers the owner-pod index and the pod-lease controller.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &fkv1.FencedLease{}, IndexPodOwner, func(o client.Object) []string {
+		if name := pods.OwnerName(o.(*fkv1.FencedLease)); name != "" {
+			return []string{name}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("podlease").
+		For(&corev1.Pod{}, builder.WithPredicates(pods.AsksForLease)).
+		Owns(&fkv1.FencedLease{}).
+		WithOptions(opts).
+		Complete(r)
 }

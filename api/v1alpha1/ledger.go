@@ -1,0 +1,142 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Ledger is what a lock's backing Lease records (docs/design.md §2): the last
+// epoch issued, the claim that holds the lock and the one before it. This file
+// is the one owner of that format; the authority, the admission webhook, the
+// holder library and the CLI all read and write the Lease through it.
+//
+// +kubebuilder:object:generate=false
+type Ledger struct {
+	// Exists is true when the lock has a Lease fencekeeper manages (the
+	// managed-by label is set).
+	Exists bool
+	// Epoch is the last epoch issued (0: none yet). Valid only with EpochValid.
+	Epoch int64
+	// EpochValid is false when the epoch annotation is missing or malformed.
+	EpochValid bool
+	// HolderClaim and HolderUID name the claim that holds the lock ("" when free).
+	HolderClaim string
+	HolderUID   types.UID
+	// HolderIdentity is the Lease's spec.holderIdentity ("" when free).
+	HolderIdentity string
+	// PreviousUID is the claim that held the lock before the current one.
+	PreviousUID types.UID
+	// LeaseDurationSeconds is the TTL recorded at grant (0 when unset).
+	LeaseDurationSeconds int32
+	// Adopted is true when the labels and finalizer of a managed Lease of
+	// this lock are all present.
+	Adopted bool
+}
+
+// ReadLedger reads the ledger of lock lockName from its Lease (nil: no Lease).
+// A Lease without the managed-by label yields a Ledger with Exists false.
+func ReadLedger(lease *coordinationv1.Lease, lockName string) Ledger {
+	if lease == nil {
+		return Ledger{EpochValid: true}
+	}
+	l := Ledger{
+		Exists:      IsManagedLease(lease),
+		HolderClaim: lease.Annotations[AnnotationClaim],
+		HolderUID:   types.UID(lease.Annotations[AnnotationClaimUID]),
+		PreviousUID: types.UID(lease.Annotations[AnnotationPreviousClaimUID]),
+	}
+	if v, ok := lease.Annotations[AnnotationEpoch]; ok {
+		if e, err := parseCounter(v); err == nil {
+			l.Epoch, l.EpochValid = e, true
+		}
+	}
+	if lease.Spec.HolderIdentity != nil {
+		l.HolderIdentity = *lease.Spec.HolderIdentity
+	}
+	if lease.Spec.LeaseDurationSeconds != nil {
+		l.LeaseDurationSeconds = *lease.Spec.LeaseDurationSeconds
+	}
+	l.Adopted = l.Exists && lease.Labels[LabelLock] == lockName && slices.Contains(lease.Finalizers, LeaseFinalizer)
+	return l
+}
+
+// Held reports whether the ledger names a holder.
+func (l Ledger) Held() bool { return l.HolderUID != "" }
+
+// HeldEpoch is the epoch of the current holder: the last issued epoch while
+// the lock is held, 0 while it is free or the counter is unreadable.
+func (l Ledger) HeldEpoch() int64 {
+	if !l.Held() || !l.EpochValid {
+		return 0
+	}
+	return l.Epoch
+}
+
+// ApplyTo writes the ledger into lease: the managed labels, the epoch
+// counter and the holder annotations (removed when the lock is free). The
+// Lease's spec (holderIdentity, times, TTL) is the caller's business.
+func (l Ledger) ApplyTo(lease *coordinationv1.Lease, lockName string) {
+	if lease.Labels == nil {
+		lease.Labels = map[string]string{}
+	}
+	lease.Labels[LabelManagedBy] = ManagedByValue
+	lease.Labels[LabelLock] = lockName
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[AnnotationEpoch] = strconv.FormatInt(l.Epoch, 10)
+	setOrDelete(lease.Annotations, AnnotationClaim, l.HolderClaim)
+	setOrDelete(lease.Annotations, AnnotationClaimUID, string(l.HolderUID))
+	setOrDelete(lease.Annotations, AnnotationPreviousClaimUID, string(l.PreviousUID))
+}
+
+// IsManagedLease reports whether fencekeeper manages lease.
+func IsManagedLease(lease *coordinationv1.Lease) bool {
+	return lease.Labels[LabelManagedBy] == ManagedByValue
+}
+
+func setOrDelete(m map[string]string, k, v string) {
+	if v == "" {
+		delete(m, k)
+		return
+	}
+	m[k] = v
+}
+
+// ParseEpoch parses a fencing token: decimal digits only, no sign, no
+// spaces, no leading zero, in 1..2^63-1.
+func ParseEpoch(s string) (int64, error) {
+	if s == "" {
+		return 0, fmt.Errorf("epoch is empty; want a decimal integer in 1..%d", int64(math.MaxInt64))
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("epoch %q is not a decimal integer in 1..%d", s, int64(math.MaxInt64))
+		}
+	}
+	if s[0] == '0' {
+		return 0, fmt.Errorf("epoch %q must be in 1..%d without leading zeros", s, int64(math.MaxInt64))
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("epoch %q is out of range 1..%d", s, int64(math.MaxInt64))
+	}
+	return v, nil
+}
+
+// FormatEpoch formats an epoch the way ParseEpoch reads it.
+func FormatEpoch(e int64) string { return strconv.FormatInt(e, 10) }
+
+// parseCounter parses the Lease's counter: the epoch grammar, plus 0 for a
+// Lease that never granted.
+func parseCounter(s string) (int64, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	return ParseEpoch(s)
+}

@@ -1,0 +1,117 @@
+// Package pods holds what the lock authority and the pod bridge both know
+// about pods that hold leases: which pod a claim was made for, how live that
+// pod is, and the stripped form the pod cache keeps.
+package pods
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+// OwnerRef returns the controller reference to the pod a claim was made for
+// (nil if the claim is not a pod's).
+func OwnerRef(c *fkv1.FencedLease) *metav1.OwnerReference {
+	for i, o := range c.OwnerReferences {
+		if o.Kind == "Pod" && o.APIVersion == "v1" && o.Controller != nil && *o.Controller {
+			return &c.OwnerReferences[i]
+		}
+	}
+	return nil
+}
+
+// OwnerName returns the name of the pod a claim was made for ("" if none).
+func OwnerName(c *fkv1.FencedLease) string {
+	if ref := OwnerRef(c); ref != nil {
+		return ref.Name
+	}
+	return ""
+}
+
+// Liveness is what the lock authority needs to know about a pod that holds a
+// lease: the pod's own state stands in for renewals.
+type Liveness int
+
+const (
+	// NotAPod: the claim was not made for a pod; its holder renews the Lease.
+	NotAPod Liveness = iota
+	// Live: Running with all containers ready.
+	Live
+	// NotLive: exists, but not (yet or any more) ready: the TTL runs.
+	NotLive
+	// Gone: deleted, being deleted, terminal, or another pod of that name.
+	Gone
+)
+
+// LivenessOf classifies pod, the pod a claim names by ownerUID.
+func LivenessOf(pod *corev1.Pod, ownerUID string) Liveness {
+	if pod == nil || string(pod.UID) != ownerUID || pod.DeletionTimestamp != nil ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return Gone
+	}
+	if pod.Status.Phase != corev1.PodRunning {
+		return NotLive
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.ContainersReady {
+			if c.Status == corev1.ConditionTrue {
+				return Live
+			}
+			return NotLive
+		}
+	}
+	return NotLive
+}
+
+// Strip keeps only what the pod controllers decide on, so the pod cache
+// costs a few hundred bytes per pod instead of the whole object. It is the
+// pod informer's cache transform.
+func Strip(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{
+		TypeMeta: pod.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+			DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase},
+	}
+	for k, v := range pod.Annotations {
+		if strings.HasPrefix(k, fkv1.Prefix) && len(k) > len(fkv1.Prefix) {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		switch c.Type {
+		case corev1.ContainersReady, fkv1.PodConditionLeaseHeld:
+			out.Status.Conditions = append(out.Status.Conditions, c)
+		}
+	}
+	return out, nil
+}
+
+// AsksForLease selects pods that carry (or, on update, carried) the lease
+// annotation.
+var AsksForLease = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return HasLeaseAnnotation(e.Object) },
+	DeleteFunc: func(e event.DeleteEvent) bool { return HasLeaseAnnotation(e.Object) },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return HasLeaseAnnotation(e.ObjectOld) || HasLeaseAnnotation(e.ObjectNew)
+	},
+	GenericFunc: func(e event.GenericEvent) bool { return HasLeaseAnnotation(e.Object) },
+}
+
+// HasLeaseAnnotation reports whether o asks for a lock.
+func HasLeaseAnnotation(o client.Object) bool { return o.GetAnnotations()[fkv1.AnnotationLease] != "" }

@@ -1,0 +1,82 @@
+package pods
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+func pod(phase corev1.PodPhase, ready *corev1.ConditionStatus, tweak ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "worker-0", UID: "pod-uid"}, Status: corev1.PodStatus{Phase: phase}}
+	if ready != nil {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.ContainersReady, Status: *ready}}
+	}
+	for _, t := range tweak {
+		t(p)
+	}
+	return p
+}
+
+func TestLivenessOf(t *testing.T) {
+	yes, no := ptr.To(corev1.ConditionTrue), ptr.To(corev1.ConditionFalse)
+	cases := []struct {
+		name string
+		pod  *corev1.Pod
+		uid  string
+		want Liveness
+	}{
+		{"running and ready", pod(corev1.PodRunning, yes), "pod-uid", Live},
+		{"running, containers not ready", pod(corev1.PodRunning, no), "pod-uid", NotLive},
+		{"running, no ContainersReady condition yet", pod(corev1.PodRunning, nil), "pod-uid", NotLive},
+		{"pending (pulling its image)", pod(corev1.PodPending, nil), "pod-uid", NotLive},
+		{"succeeded", pod(corev1.PodSucceeded, yes), "pod-uid", Gone},
+		{"failed", pod(corev1.PodFailed, nil), "pod-uid", Gone},
+		{"being deleted", pod(corev1.PodRunning, yes, func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} }), "pod-uid", Gone},
+		{"another pod of the same name", pod(corev1.PodRunning, yes), "older-uid", Gone},
+		{"no pod", nil, "pod-uid", Gone},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := LivenessOf(tc.pod, tc.uid); got != tc.want {
+				t.Errorf("LivenessOf = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestOwnerRef(t *testing.T) {
+	g := NewWithT(t)
+	c := &fkv1.FencedLease{}
+	g.Expect(OwnerRef(c)).To(BeNil())
+	g.Expect(OwnerName(c)).To(BeEmpty())
+	c.OwnerReferences = []metav1.OwnerReference{
+		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", Controller: ptr.To(true)},
+		{APIVersion: "v1", Kind: "Pod", Name: "not-controller"},
+		{APIVersion: "v1", Kind: "Pod", Name: "worker-0", UID: "pod-uid", Controller: ptr.To(true)},
+	}
+	g.Expect(OwnerName(c)).To(Equal("worker-0"))
+	g.Expect(OwnerRef(c).UID).To(BeEquivalentTo("pod-uid"))
+}
+
+func TestStripKeepsWhatDecisionsNeed(t *testing.T) {
+	g := NewWithT(t)
+	p := pod(corev1.PodRunning, ptr.To(corev1.ConditionTrue), func(p *corev1.Pod) {
+		p.Namespace, p.ResourceVersion = "reports", "9"
+		p.Annotations = map[string]string{fkv1.AnnotationLease: "report-2026-07", "other": "dropped", fkv1.Prefix: "dropped"}
+		p.Spec.Containers = []corev1.Container{{Name: "c", Image: "dropped"}}
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+	})
+	out, err := Strip(p)
+	g.Expect(err).NotTo(HaveOccurred())
+	s := out.(*corev1.Pod)
+	g.Expect(s.Annotations).To(Equal(map[string]string{fkv1.AnnotationLease: "report-2026-07"}))
+	g.Expect(s.Spec.Containers).To(BeEmpty())
+	g.Expect(s.Status.Conditions).To(HaveLen(1))
+	g.Expect(LivenessOf(s, "pod-uid")).To(Equal(Live), "the stripped pod decides the same")
+	g.Expect(s.ResourceVersion).To(Equal("9"))
+}

@@ -1,0 +1,215 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+// act carries out the action: at most one guarded Lease write, with the
+// claim statuses healed before it and derived from its result after it.
+func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathered, a action) (ctrl.Result, error) {
+	switch a.kind {
+	case actIdle:
+		return ctrl.Result{}, nil
+	case actForeign:
+		lockConflicts.Inc()
+		if err := r.syncStatuses(ctx, g.claims, statusInputs{foreign: g.foreign}); err != nil {
+			return ctrl.Result{}, err
+		}
+		// That Lease is outside the cache: its removal sends no event.
+		return ctrl.Result{RequeueAfter: r.foreignRecheck}, nil
+	case actReleaseFinalizer:
+		return ctrl.Result{}, r.releaseFinalizer(ctx, g.lease)
+	}
+
+	// Heal first: the holder's and the previous holder's statuses must
+	// reflect this Lease before a write makes the Lease forget them. (Queue
+	// entries wait until after the grant: a burst of new waiters must not
+	// delay a handoff.)
+	if g.lease != nil {
+		if err := r.syncStatuses(ctx, ownersOf(g.claims, g.ledger), statusInputs{lease: g.lease, ledger: g.ledger}); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	lease := g.lease
+	if a.kind.writesLease() {
+		written, err := r.writeLease(ctx, lock, g, a)
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			// The cache had no managed Lease: a foreign one (remembered by
+			// readForeignLease, so the next reconcile reports it), or ours
+			// not yet seen.
+			if _, err := r.readForeignLease(ctx, lock); err != nil {
+				return ctrl.Result{}, err
+			}
+			return ctrl.Result{RequeueAfter: raceRetry}, nil
+		case apierrors.IsConflict(err):
+			log.FromContext(ctx).V(1).Info("lost a race for the Lease; deciding again", "reason", err.Error())
+			return ctrl.Result{RequeueAfter: raceRetry}, nil
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("writing Lease %s: %w", lock, err)
+		}
+		r.recordLeaseWrite(ctx, lock, g, a)
+		lease = written
+	}
+
+	in := statusInputs{lease: lease, ledger: fkv1.ReadLedger(lease, lock.Name)}
+	if a.end == holderExpired {
+		in.expiredUID = string(a.endedUID)
+	}
+	if err := r.syncStatuses(ctx, g.claims, in); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: a.requeueAfter}, nil
+}
+
+// writeLease makes the action's one Lease write: a Create when the lock has
+// no Lease yet (AlreadyExists if someone else made it first), otherwise an
+// Update carrying the resourceVersion we decided on, so a write based on a
+// stale read fails with Conflict instead of overwriting a newer grant.
+func (r *Reconciler) writeLease(ctx context.Context, lock types.NamespacedName, g gathered, a action) (*coordinationv1.Lease, error) {
+	desired := leaseAfter(lock, g.lease, g.ledger, a, metav1.NewMicroTime(r.clock.now()))
+	var err error
+	if g.lease == nil {
+		err = r.client.Create(ctx, desired)
+	} else {
+		err = r.client.Update(ctx, desired)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.floors.raise(lock, a.epoch)
+	r.expect.wrote(desired.UID, desired.ResourceVersion)
+	return desired, nil
+}
+
+// leaseAfter is the Lease as the action leaves it. It is a pure function of
+// its inputs; writeLease adds the resourceVersion guard by updating the very
+// object we read.
+func leaseAfter(lock types.NamespacedName, current *coordinationv1.Lease, led fkv1.Ledger, a action, now metav1.MicroTime) *coordinationv1.Lease {
+	var l *coordinationv1.Lease
+	if current == nil {
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: lock.Name}}
+	} else {
+		l = current.DeepCopy()
+	}
+	after := led
+	after.Epoch = a.epoch
+	switch a.kind {
+	case actGrant:
+		if led.Held() {
+			after.PreviousUID = led.HolderUID
+		}
+		after.HolderClaim, after.HolderUID = a.holder.Name, a.holder.UID
+		l.Spec.HolderIdentity = ptr.To(a.holder.Spec.HolderIdentity)
+		l.Spec.AcquireTime = &now
+		l.Spec.RenewTime = &now
+		l.Spec.LeaseDurationSeconds = ptr.To(a.leaseDuration)
+		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+	case actFree:
+		// Released or expired with nobody waiting: keep the epoch.
+		after.PreviousUID = led.HolderUID
+		after.HolderClaim, after.HolderUID = "", ""
+		l.Spec.HolderIdentity = nil
+	case actRepair:
+		if a.holder != nil {
+			// The holder stays; keep the Lease's TTL in line with its claim.
+			l.Spec.LeaseDurationSeconds = ptr.To(a.leaseDuration)
+		}
+	}
+	after.ApplyTo(l, lock.Name)
+	if l.DeletionTimestamp == nil {
+		controllerutil.AddFinalizer(l, fkv1.LeaseFinalizer)
+	}
+	return l
+}
+
+// recordLeaseWrite logs, counts and records Events for a successful Lease write.
+func (r *Reconciler) recordLeaseWrite(ctx context.Context, lock types.NamespacedName, g gathered, a action) {
+	logger := log.FromContext(ctx)
+	if a.end != holderContinues {
+		logger.Info("holder ended", "claim", a.endedName, "claimUID", a.endedUID, "reason", string(a.end), "epoch", g.ledger.Epoch)
+		switch a.end {
+		case holderExpired:
+			expirations.Inc()
+		case holderReleased:
+			releases.Inc()
+			if g.lease != nil {
+				r.recorder.Eventf(g.lease, nil, corev1.EventTypeNormal, fkv1.ReasonReleased, "Release",
+					"Claim %s released lock %s at epoch %d", a.endedName, lock.Name, g.ledger.Epoch)
+			}
+		}
+	}
+	if a.kind == actGrant {
+		grants.Inc()
+		logger.Info("granted", "claim", a.holder.Name, "holder", a.holder.Spec.HolderIdentity, "epoch", a.epoch)
+	}
+	if a.repaired {
+		floorRepairs.Inc()
+		logger.Info("repaired the Lease's epoch counter", "from", g.ledger.Epoch, "to", a.epoch, "valid", g.ledger.EpochValid)
+	}
+}
+
+// releaseFinalizer lets a Lease an admin deleted go once no claim of its lock
+// remains (namespace deletion relies on this). The epoch floor then survives
+// only in this process's memory.
+func (r *Reconciler) releaseFinalizer(ctx context.Context, lease *coordinationv1.Lease) error {
+	updated := lease.DeepCopy()
+	if !controllerutil.RemoveFinalizer(updated, fkv1.LeaseFinalizer) {
+		return nil
+	}
+	if err := r.client.Update(ctx, updated); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return err
+	}
+	return nil
+}
+
+// ownersOf are the claims the Lease names as holder or previous holder, and
+// any claim whose status still says Held.
+func ownersOf(claims []*fkv1.FencedLease, led fkv1.Ledger) []*fkv1.FencedLease {
+	var out []*fkv1.FencedLease
+	for _, c := range claims {
+		if (c.UID == led.HolderUID && c.UID != "") || (c.UID == led.PreviousUID && c.UID != "") || c.Status.Phase == fkv1.PhaseHeld {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// syncStatuses patches each claim whose derived status differs from what it
+// has, guarded by the claim's resourceVersion so a stale cache cannot move a
+// claim backward (for example out of the terminal Expired).
+func (r *Reconciler) syncStatuses(ctx context.Context, claims []*fkv1.FencedLease, in statusInputs) error {
+	for _, c := range claims {
+		want, transition := desiredStatus(c, in)
+		if equality.Semantic.DeepEqual(want, c.Status) {
+			continue
+		}
+		orig := c.DeepCopy()
+		c.Status = want
+		if err := r.client.Status().Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("patching status of claim %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		r.expect.wrote(c.UID, c.ResourceVersion)
+		r.recordClaimTransition(ctx, c, in.lease, transition)
+	}
+	return nil
+}

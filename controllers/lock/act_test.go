@@ -1,0 +1,90 @@
+package lock
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+func TestLeaseAfter(t *testing.T) {
+	lock := types.NamespacedName{Namespace: "reports", Name: "report-2026-07"}
+	now := metav1.NewMicroTime(t0)
+	earlier := metav1.NewMicroTime(t0.Add(-10 * 1e9))
+	heldLease := func() *coordinationv1.Lease {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: lock.Name, ResourceVersion: "7"},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("w1"), LeaseDurationSeconds: ptr.To(int32(30)),
+				AcquireTime: &earlier, RenewTime: &earlier, LeaseTransitions: ptr.To(int32(3))}}
+		held(41, "w1").ApplyTo(l, lock.Name)
+		l.Finalizers = []string{fkv1.LeaseFinalizer}
+		return l
+	}
+	w2 := claim("w2", 5, fkv1.PhasePending, 0)
+	w2.Spec.LeaseDurationSeconds = ptr.To(int32(20))
+
+	t.Run("a grant names the new holder with the next epoch and remembers the previous one", func(t *testing.T) {
+		g := NewWithT(t)
+		cur := heldLease()
+		l := leaseAfter(lock, cur, fkv1.ReadLedger(cur, lock.Name), action{kind: actGrant, holder: w2, epoch: 42, leaseDuration: 20}, now)
+		led := fkv1.ReadLedger(l, lock.Name)
+		g.Expect(led.Epoch).To(Equal(int64(42)))
+		g.Expect(led.HolderUID).To(Equal(w2.UID))
+		g.Expect(led.HolderClaim).To(Equal("w2"))
+		g.Expect(led.PreviousUID).To(Equal(types.UID("uid-w1")))
+		g.Expect(led.Adopted).To(BeTrue())
+		g.Expect(*l.Spec.HolderIdentity).To(Equal("w2"))
+		g.Expect(l.Spec.AcquireTime.Time).To(Equal(t0))
+		g.Expect(l.Spec.RenewTime.Time).To(Equal(t0))
+		g.Expect(*l.Spec.LeaseDurationSeconds).To(Equal(int32(20)))
+		g.Expect(*l.Spec.LeaseTransitions).To(Equal(int32(4)))
+		g.Expect(l.ResourceVersion).To(Equal("7"), "the update is guarded by the resourceVersion read")
+		g.Expect(*cur.Spec.HolderIdentity).To(Equal("w1"), "the cached object is not modified")
+	})
+	t.Run("the first grant creates a fully managed Lease", func(t *testing.T) {
+		g := NewWithT(t)
+		l := leaseAfter(lock, nil, fkv1.ReadLedger(nil, lock.Name), action{kind: actGrant, holder: w2, epoch: 1, leaseDuration: 20}, now)
+		led := fkv1.ReadLedger(l, lock.Name)
+		g.Expect(led.Exists && led.Adopted).To(BeTrue())
+		g.Expect(led.Epoch).To(Equal(int64(1)))
+		g.Expect(led.PreviousUID).To(BeEmpty())
+		g.Expect(l.Namespace + "/" + l.Name).To(Equal(lock.String()))
+	})
+	t.Run("freeing clears the holder and keeps the epoch", func(t *testing.T) {
+		g := NewWithT(t)
+		cur := heldLease()
+		l := leaseAfter(lock, cur, fkv1.ReadLedger(cur, lock.Name), action{kind: actFree, epoch: 41, end: holderReleased}, now)
+		led := fkv1.ReadLedger(l, lock.Name)
+		g.Expect(led.Held()).To(BeFalse())
+		g.Expect(led.Epoch).To(Equal(int64(41)))
+		g.Expect(led.PreviousUID).To(Equal(types.UID("uid-w1")))
+		g.Expect(l.Spec.HolderIdentity).To(BeNil())
+		g.Expect(l.Spec.RenewTime.Time).To(Equal(earlier.Time), "freeing is not a renewal")
+	})
+	t.Run("a repair raises the counter, restores labels and finalizer, keeps the holder", func(t *testing.T) {
+		g := NewWithT(t)
+		cur := heldLease()
+		cur.Annotations[fkv1.AnnotationEpoch] = "3"
+		cur.Labels = nil
+		cur.Finalizers = nil
+		w1 := claim("w1", 0, fkv1.PhaseHeld, 41)
+		l := leaseAfter(lock, cur, fkv1.ReadLedger(cur, lock.Name), action{kind: actRepair, holder: w1, epoch: 41, leaseDuration: 30, repaired: true}, now)
+		led := fkv1.ReadLedger(l, lock.Name)
+		g.Expect(led.Epoch).To(Equal(int64(41)))
+		g.Expect(led.Adopted).To(BeTrue())
+		g.Expect(led.HolderUID).To(Equal(types.UID("uid-w1")))
+		g.Expect(l.Spec.RenewTime.Time).To(Equal(earlier.Time))
+	})
+	t.Run("a Lease being deleted gets no finalizer back", func(t *testing.T) {
+		g := NewWithT(t)
+		cur := heldLease()
+		cur.DeletionTimestamp = &metav1.Time{Time: t0}
+		cur.Finalizers = nil
+		l := leaseAfter(lock, cur, fkv1.ReadLedger(cur, lock.Name), action{kind: actGrant, holder: w2, epoch: 42, leaseDuration: 20}, now)
+		g.Expect(l.Finalizers).To(BeEmpty())
+	})
+}

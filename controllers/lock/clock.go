@@ -1,0 +1,55 @@
+package lock
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
+)
+
+// renewal is the signal that a holder is alive: a change of the Lease's
+// holder or renewTime, or of the holder pod's liveness.
+type renewal struct {
+	holderUID types.UID
+	renewTime string
+	pod       pods.Liveness
+}
+
+// renewClock remembers, per lock, when this controller first observed the
+// current renewal signal, on its own monotonic clock. A lease expires
+// leaseDuration after that observation. Nothing here survives a restart,
+// which is the point: after a restart every lease gets a fresh full TTL (late
+// takeover, never early).
+type renewClock struct {
+	clock clock.PassiveClock
+
+	mu   sync.Mutex
+	seen map[types.NamespacedName]observed
+}
+
+type observed struct {
+	signal renewal
+	at     time.Time
+}
+
+func newRenewClock(c clock.PassiveClock) *renewClock {
+	return &renewClock{clock: c, seen: map[types.NamespacedName]observed{}}
+}
+
+// observe records the lock's current renewal signal and returns when this
+// controller first saw it.
+func (c *renewClock) observe(lock types.NamespacedName, signal renewal) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.seen[lock]
+	if !ok || o.signal != signal {
+		o = observed{signal: signal, at: c.clock.Now()}
+		c.seen[lock] = o
+	}
+	return o.at
+}
+
+func (c *renewClock) now() time.Time { return c.clock.Now() }

@@ -1,0 +1,206 @@
+package lock
+
+import (
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
+)
+
+// snapshot is everything a decision about one lock needs, as gathered from
+// the informer cache (plus the rare live reads gather makes). It holds no
+// clients, so decide is a pure function.
+type snapshot struct {
+	// ledger is what the lock's managed Lease records (the zero Ledger with
+	// EpochValid when there is no Lease).
+	ledger fkv1.Ledger
+	// hasLease is true when the lock has a managed Lease; leaseDeleting when
+	// an admin deleted it and only its finalizer holds it.
+	hasLease, leaseDeleting bool
+	// foreign explains a same-named Lease fencekeeper does not manage ("" when none).
+	foreign string
+	// claims of this lock that exist and are not being deleted.
+	claims []*fkv1.FencedLease
+	// holderPod is the liveness of the pod the holder claim was made for
+	// (pods.NotAPod for a claim that renews the Lease itself).
+	holderPod pods.Liveness
+	// renewSeenAt is when this controller first observed the current
+	// renewal signal (the holder's renewTime, or its pod's liveness).
+	renewSeenAt time.Time
+	now         time.Time
+	// floor is the highest epoch known from any source other than the Lease:
+	// claim statuses and this process's memory.
+	floor int64
+}
+
+// actionKind is what a reconcile does to the lock's Lease.
+type actionKind int
+
+const (
+	// actIdle: nobody holds or waits; nothing to do until a claim comes.
+	actIdle actionKind = iota
+	// actKeep: the holder keeps the lock; no Lease write.
+	actKeep
+	// actGrant: name the next waiter holder with a new epoch.
+	actGrant
+	// actFree: clear the ended holder and keep the epoch; nobody waits.
+	actFree
+	// actRepair: the holder (if any) stays; raise the counter, restore the
+	// labels, finalizer or TTL on the Lease.
+	actRepair
+	// actReleaseFinalizer: the Lease was deleted and no claim remains: let it go.
+	actReleaseFinalizer
+	// actForeign: a Lease fencekeeper does not manage blocks the lock.
+	actForeign
+)
+
+// writesLease reports whether the action is a (guarded) Lease write.
+func (k actionKind) writesLease() bool { return k == actGrant || k == actFree || k == actRepair }
+
+// holderEnd says why the current holder stops holding.
+type holderEnd string
+
+const (
+	holderContinues holderEnd = ""
+	holderReleased  holderEnd = fkv1.ReasonReleased   // claim deleted, or its pod gone
+	holderExpired   holderEnd = fkv1.ReasonExpired    // no renewal observed for a TTL
+	holderGaveUp    holderEnd = fkv1.ReasonSuperseded // claim is already Expired (terminal)
+)
+
+// action is the outcome of decide: at most one Lease change. The claim
+// statuses follow from the Lease afterwards (see desiredStatus).
+type action struct {
+	kind actionKind
+	// holder is the claim that holds the lock after the action: the grantee
+	// of actGrant, the kept holder of actKeep/actRepair, nil otherwise.
+	holder *fkv1.FencedLease
+	// epoch is the counter the Lease carries after the action: issued+1 for a
+	// grant, otherwise the (repaired) last issued epoch.
+	epoch int64
+	// repaired is true when the Lease's counter was below an epoch already
+	// issued, or unreadable, and this write raises it (with any kind).
+	repaired bool
+	// end tells what happened to the previous holder, and who that was.
+	end       holderEnd
+	endedUID  types.UID
+	endedName string
+	// leaseDuration is the TTL the Lease records for the holder.
+	leaseDuration int32
+	// requeueAfter is when the holder expires if no renewal is observed.
+	requeueAfter time.Duration
+}
+
+// decide computes what one reconcile of a lock does. It never issues an epoch
+// at or below anything already issued: the next epoch is one above the
+// highest of the Lease's counter, every claim's recorded epoch and this
+// process's memory.
+func decide(s snapshot) action {
+	switch {
+	case s.foreign != "":
+		return action{kind: actForeign}
+	case len(s.claims) == 0 && s.hasLease && s.leaseDeleting:
+		return action{kind: actReleaseFinalizer}
+	case len(s.claims) == 0 && !s.ledger.Held():
+		return action{kind: actIdle}
+	}
+
+	issued := max(s.ledger.Epoch, s.floor)
+	a := action{kind: actKeep, epoch: issued}
+	a.repaired = issued != s.ledger.Epoch || !s.ledger.EpochValid
+	// The Lease also needs repair when its labels or finalizer are missing
+	// (adoption) or its TTL differs from the holder's.
+	repair := a.repaired || !s.ledger.Adopted
+
+	if s.ledger.Held() {
+		holder := findClaim(s.claims, s.ledger.HolderUID)
+		switch {
+		case holder == nil || s.holderPod == pods.Gone:
+			a.end = holderReleased
+		case holder.Status.Phase == fkv1.PhaseExpired:
+			a.end = holderGaveUp
+		default:
+			ttl := holder.LeaseDuration()
+			left := ttl // a live pod renews its lease by being live
+			if s.holderPod != pods.Live {
+				left = s.renewSeenAt.Add(ttl).Sub(s.now)
+			}
+			if left <= 0 {
+				a.end = holderExpired
+			} else {
+				a.holder, a.requeueAfter = holder, left
+				a.leaseDuration = holder.LeaseDurationSeconds()
+				repair = repair || s.ledger.LeaseDurationSeconds != a.leaseDuration
+			}
+		}
+		if a.end != holderContinues {
+			a.endedUID, a.endedName = s.ledger.HolderUID, s.ledger.HolderClaim
+		}
+	}
+
+	if a.holder == nil {
+		// The ended holder is never a waiter: grantable skips the Lease's holder.
+		if next := nextWaiter(s.claims, s.ledger); next != nil {
+			a.kind, a.holder, a.epoch = actGrant, next, issued+1
+			a.leaseDuration, a.requeueAfter = next.LeaseDurationSeconds(), next.LeaseDuration()
+			return a
+		}
+		if a.end != holderContinues {
+			a.kind = actFree
+			return a
+		}
+	}
+	if repair {
+		a.kind = actRepair
+	}
+	return a
+}
+
+// grantable reports whether a claim may still be granted: it never held the
+// lock (no epoch, not Expired) and is not the holder or the one before it.
+func grantable(c *fkv1.FencedLease, l fkv1.Ledger) bool {
+	if c.Status.Epoch != 0 || c.Status.Phase == fkv1.PhaseExpired || c.Status.Phase == fkv1.PhaseHeld {
+		return false
+	}
+	return c.UID != l.HolderUID && c.UID != l.PreviousUID
+}
+
+// nextWaiter is the first grantable claim in FIFO order: creationTimestamp,
+// then name.
+func nextWaiter(claims []*fkv1.FencedLease, l fkv1.Ledger) *fkv1.FencedLease {
+	var waiting []*fkv1.FencedLease
+	for _, c := range claims {
+		if grantable(c, l) {
+			waiting = append(waiting, c)
+		}
+	}
+	if len(waiting) == 0 {
+		return nil
+	}
+	sortFIFO(waiting)
+	return waiting[0]
+}
+
+func sortFIFO(claims []*fkv1.FencedLease) {
+	sort.SliceStable(claims, func(i, j int) bool {
+		a, b := claims[i], claims[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Name < b.Name
+	})
+}
+
+func findClaim(claims []*fkv1.FencedLease, uid types.UID) *fkv1.FencedLease {
+	if uid == "" {
+		return nil
+	}
+	for _, c := range claims {
+		if c.UID == uid {
+			return c
+		}
+	}
+	return nil
+}

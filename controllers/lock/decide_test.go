@@ -1,0 +1,209 @@
+package lock
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
+)
+
+var t0 = time.Date(2026, 7, 1, 9, 0, 0, 0, time.UTC)
+
+func claim(name string, created int, phase fkv1.FencedLeasePhase, epoch int64) *fkv1.FencedLease {
+	return &fkv1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(created) * time.Second))},
+		Spec:       fkv1.FencedLeaseSpec{LockName: "report-2026-07", HolderIdentity: name, LeaseDurationSeconds: ptr.To(int32(30))},
+		Status:     fkv1.FencedLeaseStatus{Phase: phase, Epoch: epoch},
+	}
+}
+
+// held is the ledger of a Lease naming holder at epoch, TTL 30 s.
+func held(epoch int64, holder string) fkv1.Ledger {
+	return fkv1.Ledger{Exists: true, Epoch: epoch, EpochValid: true, HolderClaim: holder, HolderUID: types.UID("uid-" + holder),
+		Adopted: true, LeaseDurationSeconds: 30}
+}
+
+func free(epoch int64) fkv1.Ledger {
+	return fkv1.Ledger{Exists: true, Epoch: epoch, EpochValid: true, Adopted: true}
+}
+
+func TestDecide(t *testing.T) {
+	w1 := claim("w1", 0, fkv1.PhaseHeld, 41)
+	w2 := claim("w2", 5, fkv1.PhasePending, 0)
+	w3 := claim("w3", 3, fkv1.PhasePending, 0)
+	expiredW1 := claim("w1", 0, fkv1.PhaseExpired, 41)
+	cases := []struct {
+		name       string
+		snap       snapshot
+		kind       actionKind
+		holder     string
+		epoch      int64
+		end        holderEnd
+		repaired   bool
+		requeueMin time.Duration
+	}{
+		{name: "holder renewed recently keeps the lock; nothing written",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1, w2}, renewSeenAt: t0, now: t0.Add(10 * time.Second)},
+			kind: actKeep, holder: "w1", epoch: 41, requeueMin: 20 * time.Second},
+		{name: "holder not renewed for a full TTL expires; FIFO waiter (oldest) gets epoch+1",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1, w2, w3}, renewSeenAt: t0, now: t0.Add(30 * time.Second)},
+			kind: actGrant, holder: "w3", epoch: 42, end: holderExpired},
+		{name: "one nanosecond before the TTL the holder still holds",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1, w2}, renewSeenAt: t0, now: t0.Add(30*time.Second - 1)},
+			kind: actKeep, holder: "w1", epoch: 41},
+		{name: "holder claim gone is released; the next waiter is granted",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w2}, renewSeenAt: t0, now: t0},
+			kind: actGrant, holder: "w2", epoch: 42, end: holderReleased},
+		{name: "released with nobody waiting frees the lock and keeps the epoch",
+			snap: snapshot{ledger: held(41, "w1"), claims: nil, renewSeenAt: t0, now: t0},
+			kind: actFree, epoch: 41, end: holderReleased},
+		{name: "an Expired holder (terminal) gives the lock up",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{expiredW1, w2}, renewSeenAt: t0, now: t0},
+			kind: actGrant, holder: "w2", epoch: 42, end: holderGaveUp},
+		{name: "a Lease edited below an issued epoch grants above the floor, and counts as a repair",
+			snap: snapshot{ledger: free(3), claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 41, now: t0},
+			kind: actGrant, holder: "w2", epoch: 42, repaired: true},
+		{name: "a Lease edited below an issued epoch with nobody waiting is repaired",
+			snap: snapshot{ledger: free(3), claims: []*fkv1.FencedLease{expiredW1}, floor: 41, now: t0},
+			kind: actRepair, epoch: 41, repaired: true},
+		{name: "an unreadable counter is repaired from the floor",
+			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true}, claims: []*fkv1.FencedLease{expiredW1}, floor: 41, now: t0},
+			kind: actRepair, epoch: 41, repaired: true},
+		{name: "an Expired or once-held claim is never granted again",
+			snap: snapshot{ledger: free(41), claims: []*fkv1.FencedLease{expiredW1, claim("x", 0, fkv1.PhasePending, 7)}, now: t0},
+			kind: actKeep, epoch: 41},
+		{name: "the previous holder (status never written) is not granted again",
+			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Epoch: 41, EpochValid: true, Adopted: true, PreviousUID: "uid-w2"},
+				claims: []*fkv1.FencedLease{w2}, now: t0},
+			kind: actKeep, epoch: 41},
+		{name: "a Lease missing its finalizer is adopted",
+			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Epoch: 5, EpochValid: true}, claims: []*fkv1.FencedLease{expiredW1}, now: t0},
+			kind: actRepair, epoch: 5},
+		{name: "ties in creationTimestamp go by name",
+			snap: snapshot{ledger: fkv1.Ledger{EpochValid: true}, claims: []*fkv1.FencedLease{claim("b", 1, "", 0), claim("a", 1, "", 0)}, now: t0},
+			kind: actGrant, holder: "a", epoch: 1},
+		{name: "TTL changed on the holder claim is copied to the Lease",
+			snap: snapshot{ledger: func() fkv1.Ledger { l := held(41, "w1"); l.LeaseDurationSeconds = 15; return l }(),
+				claims: []*fkv1.FencedLease{w1}, renewSeenAt: t0, now: t0},
+			kind: actRepair, holder: "w1", epoch: 41},
+		{name: "an idle lock (no claims, nobody holds) does nothing",
+			snap: snapshot{ledger: free(41), hasLease: true, now: t0},
+			kind: actIdle, epoch: 0},
+		{name: "a deleted Lease with no claims left is let go",
+			snap: snapshot{ledger: free(41), hasLease: true, leaseDeleting: true, now: t0},
+			kind: actReleaseFinalizer},
+		{name: "a deleted Lease that still has claims keeps its finalizer and keeps granting",
+			snap: snapshot{ledger: free(41), hasLease: true, leaseDeleting: true, claims: []*fkv1.FencedLease{w2}, now: t0},
+			kind: actGrant, holder: "w2", epoch: 42},
+		{name: "a foreign Lease blocks the lock whatever waits",
+			snap: snapshot{foreign: "not ours", claims: []*fkv1.FencedLease{w2}, now: t0},
+			kind: actForeign},
+
+		// Pod-held leases: the pod's liveness stands in for renewals.
+		{name: "pod: a live holder pod keeps the lock long after its last observed change",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1, w2}, holderPod: pods.Live, renewSeenAt: t0, now: t0.Add(time.Hour)},
+			kind: actKeep, holder: "w1", epoch: 41, requeueMin: 30 * time.Second},
+		{name: "pod: a holder pod not ready for less than a TTL keeps the lock",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1, w2}, holderPod: pods.NotLive, renewSeenAt: t0, now: t0.Add(29 * time.Second)},
+			kind: actKeep, holder: "w1", epoch: 41},
+		{name: "pod: a holder pod not ready for a full TTL expires; the next waiter is granted",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1, w2}, holderPod: pods.NotLive, renewSeenAt: t0, now: t0.Add(30 * time.Second)},
+			kind: actGrant, holder: "w2", epoch: 42, end: holderExpired},
+		{name: "pod: a gone holder pod releases at once, before any TTL",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1, w2}, holderPod: pods.Gone, renewSeenAt: t0, now: t0},
+			kind: actGrant, holder: "w2", epoch: 42, end: holderReleased},
+		{name: "pod: a gone holder pod with nobody waiting frees the lock",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1}, holderPod: pods.Gone, renewSeenAt: t0, now: t0},
+			kind: actFree, epoch: 41, end: holderReleased},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := decide(tc.snap)
+			if a.kind != tc.kind {
+				t.Errorf("kind = %v, want %v", a.kind, tc.kind)
+			}
+			got := ""
+			if a.holder != nil {
+				got = a.holder.Name
+			}
+			if got != tc.holder {
+				t.Errorf("holder = %q, want %q", got, tc.holder)
+			}
+			if a.epoch != tc.epoch {
+				t.Errorf("epoch = %d, want %d", a.epoch, tc.epoch)
+			}
+			if a.end != tc.end {
+				t.Errorf("end = %q, want %q", a.end, tc.end)
+			}
+			if a.repaired != tc.repaired {
+				t.Errorf("repaired = %v, want %v", a.repaired, tc.repaired)
+			}
+			if a.requeueAfter < tc.requeueMin {
+				t.Errorf("requeueAfter = %v, want >= %v", a.requeueAfter, tc.requeueMin)
+			}
+		})
+	}
+}
+
+func TestDesiredStatusNeverLeavesExpired(t *testing.T) {
+	c := claim("w1", 0, fkv1.PhaseExpired, 41)
+	st, tr := desiredStatus(c, statusInputs{ledger: held(41, "w1")})
+	if st.Phase != fkv1.PhaseExpired || tr != "" {
+		t.Fatalf("Expired claim moved to %s (%s)", st.Phase, tr)
+	}
+}
+
+func TestDesiredStatusIgnoresALeaseOlderThanTheGrant(t *testing.T) {
+	// A cache behind another controller's grant of epoch 42 to w1 shows the
+	// Lease at epoch 41 held by someone else: w1 must not be demoted.
+	c := claim("w1", 0, fkv1.PhaseHeld, 42)
+	st, _ := desiredStatus(c, statusInputs{ledger: held(41, "w0")})
+	if st.Phase != fkv1.PhaseHeld {
+		t.Fatalf("demoted on a stale Lease: %s", st.Phase)
+	}
+	// The Lease at or past the grant, naming someone else: demoted.
+	st, tr := desiredStatus(c, statusInputs{ledger: held(43, "w2")})
+	if st.Phase != fkv1.PhaseExpired || tr != fkv1.ReasonSuperseded {
+		t.Fatalf("got %s/%s, want Expired/Superseded", st.Phase, tr)
+	}
+}
+
+func TestRenewClockUsesItsOwnClock(t *testing.T) {
+	fc := &fakeClock{now: t0}
+	c := newRenewClock(fc)
+	lock := types.NamespacedName{Namespace: "reports", Name: "report-2026-07"}
+	seen := c.observe(lock, renewal{holderUID: "uid-w1", renewTime: "09:00:00"})
+	fc.now = fc.now.Add(20 * time.Second)
+	if got := c.observe(lock, renewal{holderUID: "uid-w1", renewTime: "09:00:00"}); !got.Equal(seen) {
+		t.Fatalf("unchanged renewTime moved the observation to %v", got)
+	}
+	// A renewTime written with a clock far in the past or future counts only
+	// as "changed": the observation is our own now.
+	if got := c.observe(lock, renewal{holderUID: "uid-w1", renewTime: "1999-01-01T00:00:00Z"}); !got.Equal(fc.now) {
+		t.Fatalf("observation = %v, want our now %v", got, fc.now)
+	}
+	// A pod holder's liveness changing is a new observation too.
+	fc.now = fc.now.Add(time.Second)
+	if got := c.observe(lock, renewal{holderUID: "uid-w1", pod: pods.NotLive}); !got.Equal(fc.now) {
+		t.Fatalf("pod liveness change not observed: %v", got)
+	}
+}
+
+func TestEpochFloorsNeverGoDown(t *testing.T) {
+	f := newEpochFloors()
+	lock := types.NamespacedName{Namespace: "reports", Name: "report-2026-07"}
+	f.raise(lock, 42)
+	if got := f.raise(lock, 7, 0); got != 42 {
+		t.Fatalf("floor went down to %d", got)
+	}
+}
+
+type fakeClock struct{ now time.Time }
+
+func (f *fakeClock) Now() time.Time                  { return f.now }
+func (f *fakeClock) Since(t time.Time) time.Duration { return f.now.Sub(t) }

@@ -1,0 +1,40 @@
+package lock
+
+import (
+	"context"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+// recordClaimTransition logs a claim's ownership transition and records it
+// as an Event on the claim (renewals are not transitions).
+func (r *Reconciler) recordClaimTransition(ctx context.Context, c *fkv1.FencedLease, lease *coordinationv1.Lease, transition string) {
+	if transition == "" {
+		return
+	}
+	log.FromContext(ctx).Info("claim "+transition, "claim", c.Name, "holder", c.Spec.HolderIdentity,
+		"epoch", c.Status.Epoch, "phase", c.Status.Phase)
+	var related runtime.Object // a typed nil would not be nil here
+	if lease != nil {
+		related = lease
+	}
+	switch transition {
+	case fkv1.ReasonGranted:
+		r.recorder.Eventf(c, related, corev1.EventTypeNormal, transition, "Grant",
+			"Granted epoch %d of lock %s to %s", c.Status.Epoch, c.Spec.LockName, c.Spec.HolderIdentity)
+	case fkv1.ReasonQueued:
+		r.recorder.Eventf(c, related, corev1.EventTypeNormal, transition, "Queue",
+			"Queued for lock %s", c.Spec.LockName)
+	case fkv1.ReasonExpired:
+		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Expire",
+			"Lease with epoch %d on lock %s expired: no renewal observed for %ds", c.Status.Epoch, c.Spec.LockName, c.LeaseDurationSeconds())
+	case fkv1.ReasonSuperseded:
+		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Supersede",
+			"Epoch %d on lock %s superseded: the Lease names another holder", c.Status.Epoch, c.Spec.LockName)
+	}
+}

@@ -1,0 +1,180 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
+)
+
+// gathered is what one reconcile read: the snapshot decide works on, and the
+// objects act writes.
+type gathered struct {
+	snapshot
+	// lease is the lock's managed Lease as read (nil: none).
+	lease *coordinationv1.Lease
+	// cacheBehind is true when the cache has not yet seen a write this
+	// process made to the Lease or a claim: deciding now would only lose a
+	// resourceVersion race, so the reconcile waits for the cache.
+	cacheBehind bool
+}
+
+// gather reads the lock's claims and Lease from the informer cache, reading
+// live only on the rare paths: a lock known to be blocked by a foreign Lease
+// (outside the cache) and a holder claim missing from the cache.
+func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gathered, error) {
+	var g gathered
+	claims, err := r.listClaims(ctx, lock)
+	if err != nil {
+		return g, err
+	}
+	g.claims, g.now = claims, r.clock.now()
+	if g.lease, g.foreign, err = r.leaseOf(ctx, lock); err != nil || g.foreign != "" {
+		return g, err
+	}
+	g.ledger = fkv1.ReadLedger(g.lease, lock.Name)
+	g.hasLease = g.lease != nil
+	g.leaseDeleting = g.lease != nil && g.lease.DeletionTimestamp != nil
+	g.cacheBehind = r.cacheBehindOwnWrites(g.lease, g.claims)
+	if g.claims, err = r.confirmHolder(ctx, lock, g.ledger, g.claims); err != nil {
+		return g, err
+	}
+	holder := findClaim(g.claims, g.ledger.HolderUID)
+	if g.holderPod, err = r.holderPod(ctx, lock.Namespace, holder); err != nil {
+		return g, err
+	}
+	if g.lease != nil {
+		signal := renewal{holderUID: g.ledger.HolderUID, pod: g.holderPod}
+		if g.holderPod == pods.NotAPod && g.lease.Spec.RenewTime != nil {
+			signal.renewTime = g.lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+		}
+		g.renewSeenAt = r.clock.observe(lock, signal)
+	}
+	epochs := []int64{g.ledger.Epoch}
+	for _, c := range g.claims {
+		epochs = append(epochs, c.Status.Epoch)
+	}
+	g.floor = r.floors.raise(lock, epochs...)
+	return g, nil
+}
+
+// cacheBehindOwnWrites reports whether the cache has not yet seen a write
+// this process made to the Lease or a claim.
+func (r *Reconciler) cacheBehindOwnWrites(lease *coordinationv1.Lease, claims []*fkv1.FencedLease) bool {
+	if lease != nil && r.expect.stale(lease.UID, lease.ResourceVersion) {
+		return true
+	}
+	for _, c := range claims {
+		if r.expect.stale(c.UID, c.ResourceVersion) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Reconciler) listClaims(ctx context.Context, lock types.NamespacedName) ([]*fkv1.FencedLease, error) {
+	var list fkv1.FencedLeaseList
+	if err := r.client.List(ctx, &list, client.InNamespace(lock.Namespace),
+		client.MatchingFields{IndexLockName: lock.Name}); err != nil {
+		return nil, fmt.Errorf("listing claims of lock %s: %w", lock, err)
+	}
+	claims := make([]*fkv1.FencedLease, 0, len(list.Items))
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp == nil {
+			claims = append(claims, &list.Items[i])
+		}
+	}
+	return claims, nil
+}
+
+// leaseOf returns the lock's managed Lease from the cache (which holds
+// managed Leases only), or nil. A same-named Lease fencekeeper does not
+// manage is found when creating ours fails (see act); from then on the lock
+// is known as blocked and read live until that Lease is gone, so a new lock
+// costs no extra read.
+func (r *Reconciler) leaseOf(ctx context.Context, lock types.NamespacedName) (*coordinationv1.Lease, string, error) {
+	var lease coordinationv1.Lease
+	err := r.client.Get(ctx, lock, &lease)
+	switch {
+	case err == nil:
+		return &lease, "", nil
+	case !apierrors.IsNotFound(err):
+		return nil, "", err
+	}
+	if _, known := r.foreign.Load(lock); !known {
+		return nil, "", nil
+	}
+	foreign, err := r.readForeignLease(ctx, lock)
+	return nil, foreign, err
+}
+
+// readForeignLease reads the lock's Lease live and explains why it blocks
+// the lock when it exists without fencekeeper's label ("" otherwise). It
+// keeps the set of locks known to be blocked.
+func (r *Reconciler) readForeignLease(ctx context.Context, lock types.NamespacedName) (string, error) {
+	var lease coordinationv1.Lease
+	if err := r.apiReader.Get(ctx, lock, &lease); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.foreign.Delete(lock)
+			return "", nil
+		}
+		return "", err
+	}
+	if fkv1.IsManagedLease(&lease) {
+		r.foreign.Delete(lock)
+		return "", nil
+	}
+	r.foreign.Store(lock, true)
+	return fmt.Sprintf("Lease %s exists and is not managed by fencekeeper (no label %s=%s); "+
+		"fencekeeper will not overwrite it: delete it or use another lock name",
+		lock, fkv1.LabelManagedBy, fkv1.ManagedByValue), nil
+}
+
+// confirmHolder makes sure a holder missing from the claim cache is really
+// gone (a live read) before it is treated as released: the cache may simply
+// not have seen a claim another controller just granted.
+func (r *Reconciler) confirmHolder(ctx context.Context, lock types.NamespacedName, led fkv1.Ledger, claims []*fkv1.FencedLease) ([]*fkv1.FencedLease, error) {
+	if !led.Held() || findClaim(claims, led.HolderUID) != nil || led.HolderClaim == "" {
+		return claims, nil
+	}
+	var c fkv1.FencedLease
+	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: led.HolderClaim}, &c)
+	switch {
+	case apierrors.IsNotFound(err):
+		return claims, nil
+	case err != nil:
+		return nil, fmt.Errorf("confirming holder claim %s/%s: %w", lock.Namespace, led.HolderClaim, err)
+	case c.UID == led.HolderUID && c.DeletionTimestamp == nil && c.Spec.LockName == lock.Name:
+		return append(claims, &c), nil
+	}
+	return claims, nil
+}
+
+// holderPod reads the liveness of the pod the holder claim was made for,
+// from the (stripped) pod cache.
+func (r *Reconciler) holderPod(ctx context.Context, ns string, holder *fkv1.FencedLease) (pods.Liveness, error) {
+	if holder == nil {
+		return pods.NotAPod, nil
+	}
+	ref := pods.OwnerRef(holder)
+	if ref == nil {
+		return pods.NotAPod, nil
+	}
+	var pod corev1.Pod
+	err := r.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &pod)
+	if apierrors.IsNotFound(err) {
+		return pods.Gone, nil
+	}
+	if err != nil {
+		return pods.NotLive, err
+	}
+	return pods.LivenessOf(&pod, string(ref.UID)), nil
+}

@@ -1,0 +1,138 @@
+package lock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
+)
+
+// DefaultForeignLeaseRecheck is how often a lock blocked by a Lease
+// fencekeeper does not manage is looked at again.
+const DefaultForeignLeaseRecheck = 30 * time.Second
+
+// raceRetry is how soon a reconcile that lost a resourceVersion race (or
+// found the cache behind its own write) runs again; the winner's write also
+// arrives as a watch event.
+const raceRetry = 50 * time.Millisecond
+
+// IndexLockName indexes FencedLeases by spec.lockName.
+const IndexLockName = "spec.lockName"
+
+// Options configure the lock authority.
+type Options struct {
+	// Clock is the monotonic clock expiry is measured on (default: real).
+	Clock clock.PassiveClock
+	// ForeignLeaseRecheck defaults to DefaultForeignLeaseRecheck.
+	ForeignLeaseRecheck time.Duration
+}
+
+// Reconciler is the lease authority for every lock: one reconcile per lock
+// (namespace + spec.lockName).
+type Reconciler struct {
+	// client reads from the informer cache and writes to the apiserver.
+	client client.Client
+	// apiReader reads live, for the rare paths: a holder claim missing from
+	// the cache, and a Lease that is not in the (managed-only) Lease cache.
+	apiReader      client.Reader
+	recorder       events.EventRecorder
+	foreignRecheck time.Duration
+
+	clock  *renewClock
+	floors *epochFloors
+	expect *writeExpectations
+	// foreign remembers locks blocked by a Lease fencekeeper does not manage
+	// (a set of types.NamespacedName), so their re-checks read live.
+	foreign sync.Map
+}
+
+// NewReconciler returns the lock authority.
+func NewReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, o Options) *Reconciler {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.ForeignLeaseRecheck <= 0 {
+		o.ForeignLeaseRecheck = DefaultForeignLeaseRecheck
+	}
+	return &Reconciler{
+		client: c, apiReader: apiReader, recorder: recorder, foreignRecheck: o.ForeignLeaseRecheck,
+		clock: newRenewClock(o.Clock), floors: newEpochFloors(), expect: newWriteExpectations(),
+	}
+}
+
+// +kubebuilder:rbac:groups=fencekeeper.io,resources=fencedleases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fencekeeper.io,resources=fencedleases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+
+// Reconcile brings one lock's Lease and claims in line: gather what the
+// cache says, decide (a pure function), act (at most one guarded Lease write,
+// then the claim statuses that follow from it).
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	lock := req.NamespacedName
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("lock", lock.String()))
+
+	g, err := r.gather(ctx, lock)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if g.cacheBehind {
+		return ctrl.Result{RequeueAfter: raceRetry}, nil
+	}
+	return r.act(ctx, lock, g, decide(g.snapshot))
+}
+
+// SetupWithManager registers the claim index and the lock controller.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &fkv1.FencedLease{}, IndexLockName, func(o client.Object) []string {
+		return []string{o.(*fkv1.FencedLease).Spec.LockName}
+	}); err != nil {
+		return err
+	}
+	managed := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetLabels()[fkv1.LabelManagedBy] == fkv1.ManagedByValue
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("lock").
+		Watches(&fkv1.FencedLease{}, handler.EnqueueRequestsFromMapFunc(claimToLock)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseToLock), builder.WithPredicates(managed)).
+		// A pod's readiness is the renewal of its lease.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToLock), builder.WithPredicates(pods.AsksForLease)).
+		WithOptions(opts).
+		Complete(r)
+}
+
+func claimToLock(_ context.Context, o client.Object) []reconcile.Request {
+	c := o.(*fkv1.FencedLease)
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.LockName}}}
+}
+
+func leaseToLock(_ context.Context, o client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
+}
+
+func podToLock(_ context.Context, o client.Object) []reconcile.Request {
+	lock := o.GetAnnotations()[fkv1.AnnotationLease]
+	if lock == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: lock}}}
+}

@@ -1,0 +1,46 @@
+package podlease
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+// leaseRequest reads and validates the pod's annotations.
+func leaseRequest(pod *corev1.Pod) (lock string, ttl int32, invalid string) {
+	lock = pod.Annotations[fkv1.AnnotationLease]
+	if lock == "" {
+		return "", 0, ""
+	}
+	if errs := validation.IsDNS1123Subdomain(lock); len(errs) > 0 || len(lock) > 63 {
+		return lock, 0, fmt.Sprintf("annotation %s=%q is not a valid lock name: a DNS-1123 subdomain of at most 63 characters", fkv1.AnnotationLease, lock)
+	}
+	ttl = fkv1.DefaultLeaseDurationSeconds
+	if v, ok := pod.Annotations[fkv1.AnnotationLeaseDuration]; ok {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 1 || n > 86400 {
+			return lock, 0, fmt.Sprintf("annotation %s=%q must be a whole number of seconds in 1..86400", fkv1.AnnotationLeaseDuration, v)
+		}
+		ttl = int32(n)
+	}
+	return lock, ttl, ""
+}
+
+// PodClaimName is the deterministic claim name for a pod and lock: valid for
+// any pod name (up to 253 characters) and lock name.
+func PodClaimName(pod *corev1.Pod, lock string) string {
+	sum := sha256.Sum256([]byte(string(pod.UID) + "/" + lock))
+	base := pod.Name
+	if len(base) > 200 {
+		base = base[:200]
+	}
+	base = strings.TrimRight(base, "-.")
+	return base + "-" + hex.EncodeToString(sum[:])[:10]
+}

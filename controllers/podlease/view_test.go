@@ -1,0 +1,99 @@
+package podlease
+
+import (
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+func leasePod(ann map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "worker-0", Namespace: "reports", UID: "pod-uid", Annotations: ann}}
+}
+
+func podClaim(phase fkv1.FencedLeasePhase, epoch int64) *fkv1.FencedLease {
+	return &fkv1.FencedLease{Spec: fkv1.FencedLeaseSpec{LockName: "report-2026-07"}, Status: fkv1.FencedLeaseStatus{Phase: phase, Epoch: epoch}}
+}
+
+func TestPodView(t *testing.T) {
+	wasHeld := map[string]string{fkv1.AnnotationLeaseState: fkv1.LeaseStateHeld}
+	cases := []struct {
+		name   string
+		pod    *corev1.Pod
+		claim  *fkv1.FencedLease
+		asked  bool
+		state  string
+		epoch  string
+		cond   corev1.ConditionStatus
+		reason string
+	}{
+		{"held: epoch and Held shown", leasePod(nil), podClaim(fkv1.PhaseHeld, 42), true, fkv1.LeaseStateHeld, "42", corev1.ConditionTrue, fkv1.ReasonGranted},
+		{"queued: Pending", leasePod(nil), podClaim(fkv1.PhasePending, 0), true, fkv1.LeaseStatePending, "", corev1.ConditionFalse, fkv1.ReasonQueued},
+		{"queued after holding: Lost, never Pending", leasePod(wasHeld), podClaim(fkv1.PhasePending, 0), true, fkv1.LeaseStateLost, "", corev1.ConditionFalse, fkv1.ReasonQueued},
+		{"expired: Lost, epoch left as it was", leasePod(wasHeld), podClaim(fkv1.PhaseExpired, 42), true, fkv1.LeaseStateLost, "", corev1.ConditionFalse, fkv1.ReasonExpired},
+		{"claim gone after holding: Lost", leasePod(wasHeld), nil, false, fkv1.LeaseStateLost, "", corev1.ConditionFalse, fkv1.ReasonReleased},
+		{"asked while terminating: condition only", leasePod(nil), nil, true, "", "", corev1.ConditionFalse, fkv1.ReasonPodNotLive},
+		{"never asked: nothing to show", leasePod(nil), nil, false, "", "", "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			v := podView(tc.pod, tc.claim, tc.asked)
+			g.Expect(v.state).To(Equal(tc.state))
+			g.Expect(v.epoch).To(Equal(tc.epoch))
+			g.Expect(v.cond).To(Equal(tc.cond))
+			g.Expect(v.reason).To(Equal(tc.reason))
+		})
+	}
+}
+
+func TestLeaseRequest(t *testing.T) {
+	cases := []struct {
+		name    string
+		ann     map[string]string
+		lock    string
+		ttl     int32
+		invalid string // substring of the problem ("" = valid)
+	}{
+		{"no request", nil, "", 0, ""},
+		{"default TTL", map[string]string{fkv1.AnnotationLease: "report-2026-07"}, "report-2026-07", fkv1.DefaultLeaseDurationSeconds, ""},
+		{"explicit TTL", map[string]string{fkv1.AnnotationLease: "r", fkv1.AnnotationLeaseDuration: "30"}, "r", 30, ""},
+		{"TTL bounds", map[string]string{fkv1.AnnotationLease: "r", fkv1.AnnotationLeaseDuration: "86400"}, "r", 86400, ""},
+		{"TTL zero", map[string]string{fkv1.AnnotationLease: "r", fkv1.AnnotationLeaseDuration: "0"}, "r", 0, "1..86400"},
+		{"TTL too long", map[string]string{fkv1.AnnotationLease: "r", fkv1.AnnotationLeaseDuration: "86401"}, "r", 0, "1..86400"},
+		{"TTL not a number", map[string]string{fkv1.AnnotationLease: "r", fkv1.AnnotationLeaseDuration: "30s"}, "r", 0, "whole number"},
+		{"bad lock name", map[string]string{fkv1.AnnotationLease: "Report_2026"}, "Report_2026", 0, "not a valid lock name"},
+		{"lock name too long", map[string]string{fkv1.AnnotationLease: strings.Repeat("a", 64)}, strings.Repeat("a", 64), 0, "at most 63"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			lock, ttl, invalid := leaseRequest(leasePod(tc.ann))
+			g.Expect(lock).To(Equal(tc.lock))
+			if tc.invalid == "" {
+				g.Expect(invalid).To(BeEmpty())
+				g.Expect(ttl).To(Equal(tc.ttl))
+			} else {
+				g.Expect(invalid).To(ContainSubstring(tc.invalid))
+			}
+		})
+	}
+}
+
+func TestPodClaimName(t *testing.T) {
+	g := NewWithT(t)
+	p := leasePod(nil)
+	p.Name = strings.Repeat("w", 253)
+	name := PodClaimName(p, "report-2026-07")
+	g.Expect(validation.IsDNS1123Subdomain(name)).To(BeEmpty())
+	g.Expect(PodClaimName(p, "report-2026-07")).To(Equal(name), "deterministic")
+	g.Expect(PodClaimName(p, "report-2026-08")).NotTo(Equal(name), "one claim per lock")
+	q := p.DeepCopy()
+	q.UID = "another-pod"
+	g.Expect(PodClaimName(q, "report-2026-07")).NotTo(Equal(name), "a re-created pod gets a new claim")
+}

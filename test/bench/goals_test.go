@@ -1,0 +1,193 @@
+// Pure tests of the goals table: no control plane, no clock. They check the
+// table's shape (unique keys, one printed row per goal, key names that agree
+// with their constant denominators), that report.json keeps its keys, and
+// that each verdict flips when a synthetic figure crosses its goal.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// okReport meets every goal exactly at its limit.
+func okReport() report {
+	l := func(p50, p99 float64) latency { return latency{P50: p50, P99: p99, N: 10} }
+	return report{
+		FloorMS: l(2, 10), GrantMS: l(6, 40),
+		HandoffMS:           map[string]latency{"waiters_1": l(5, 30), "waiters_10": l(5, 30), "waiters_1000": l(5, 30)},
+		TakeoverOvershootMS: l(50, 100), ClientgoTakeoverOvershootMS: l(-800, -600),
+		WritesPerGrant: 2, WritesPerHandoff: 2, NoopResyncWrites: 0,
+		GrantsPerS: 2, FloorUpdatesPerS: 10,
+		GuardedUpdateMS: l(5, 13), UnguardedUpdateMS: l(4, 10), WebhookHandlerMeanMS: 0.1,
+		RSSMiB10k: 150, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
+		Ratios: map[string]float64{},
+	}
+}
+
+func goalByFigure(t *testing.T, figure string) goal {
+	t.Helper()
+	for _, g := range goals {
+		if g.figure == figure {
+			return g
+		}
+	}
+	t.Fatalf("no goal %q", figure)
+	return goal{}
+}
+
+func TestGoalKeysAndFiguresUnique(t *testing.T) {
+	keys, figures := map[string]bool{}, map[string]bool{}
+	for _, g := range goals {
+		if g.key != "" && keys[g.key] {
+			t.Errorf("key %q twice", g.key)
+		}
+		if figures[g.figure] {
+			t.Errorf("figure %q twice", g.figure)
+		}
+		keys[g.key], figures[g.figure] = true, true
+		if g.key != "" && g.num == nil {
+			t.Errorf("%s: a key but no ratio", g.figure)
+		}
+		if (g.num == nil) != (g.den == nil) {
+			t.Errorf("%s: num and den must be set together", g.figure)
+		}
+		if judged := g.cmp != reported; judged != (strings.Count(g.target, "%g") == 1) || strings.Count(g.target, "%") > 1 {
+			t.Errorf("%s: target %q: a judged goal prints its bound once (%%g), a reported one none", g.figure, g.target)
+		}
+	}
+}
+
+// A key that names a constant denominator ("..._over_150", "..._over_100ms")
+// must divide by that constant, so a key cannot keep an old goal's number.
+func TestKeysNameTheirConstantDenominator(t *testing.T) {
+	re := regexp.MustCompile(`_over_(\d+)(ms)?$`)
+	for _, g := range goals {
+		m := re.FindStringSubmatch(g.key)
+		if m == nil {
+			continue
+		}
+		want, _ := strconv.ParseFloat(m[1], 64)
+		if got := g.den(report{HandoffMS: map[string]latency{}}); got != want {
+			t.Errorf("%s divides by %g", g.key, got)
+		}
+	}
+}
+
+func TestReportJSONKeys(t *testing.T) {
+	r := okReport()
+	ratios(&r)
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	var top []string
+	for k := range m {
+		top = append(top, k)
+	}
+	sort.Strings(top)
+	wantTop := []string{"clientgo_takeover_overshoot_ms", "floor_ms", "floor_updates_per_s", "grant_ms", "grants_per_s",
+		"guarded_update_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "rss_mib_10k", "scale_all_grants_correct",
+		"scale_claims", "scale_locks", "takeover_overshoot_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
+		"writes_per_grant", "writes_per_handoff"}
+	if !slices.Equal(top, wantTop) {
+		t.Errorf("top-level keys\n got %v\nwant %v", top, wantTop)
+	}
+	var got, want []string
+	for k := range r.Ratios {
+		got = append(got, k)
+	}
+	for _, g := range goals {
+		if g.key != "" {
+			want = append(want, g.key)
+		}
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("ratios keys %v, goals' keys %v", got, want)
+	}
+}
+
+func TestPrintedRowsComeFromGoals(t *testing.T) {
+	var buf bytes.Buffer
+	printTable(&buf, okReport())
+	var rows [][]string
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| figure |") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		rows = append(rows, cells)
+	}
+	if len(rows) != len(goals) {
+		t.Fatalf("%d rows printed, %d goals", len(rows), len(goals))
+	}
+	for i, g := range goals {
+		if rows[i][0] != g.figure || rows[i][2] != g.goalText() {
+			t.Errorf("row %d is %q, goal %q %q", i, rows[i], g.figure, g.goalText())
+		}
+		if strings.Contains(rows[i][2], "%!") {
+			t.Errorf("row %d: bad goal format %q", i, rows[i][2])
+		}
+		want := "yes"
+		if g.cmp == reported {
+			want = "-"
+		}
+		if rows[i][4] != want {
+			t.Errorf("%s: met? is %q on a report at every limit, want %q", g.figure, rows[i][4], want)
+		}
+	}
+}
+
+// Each case moves one figure just past its goal: that goal's verdict flips
+// to not met and every other goal stays met.
+func TestVerdictFlipsAtTheLimit(t *testing.T) {
+	cases := []struct {
+		figure string
+		cross  func(r *report)
+	}{
+		{"grant_ms p50", func(r *report) { r.GrantMS.P50 = 6.01 }},
+		{"grant_ms p99", func(r *report) { r.GrantMS.P99 = 40.01 }},
+		{"handoff_ms waiters_1", func(r *report) { r.HandoffMS["waiters_1"] = latency{P50: 5, P99: 30.01} }},
+		{"handoff_ms waiters_1000", func(r *report) { r.HandoffMS["waiters_1000"] = latency{P50: 5, P99: 30.01} }},
+		{"takeover_overshoot_ms", func(r *report) { r.TakeoverOvershootMS.P99 = 100.01 }},
+		{"writes_per_grant", func(r *report) { r.WritesPerGrant = 2.01 }},
+		{"writes_per_handoff (1000 waiters)", func(r *report) { r.WritesPerHandoff = 2.01 }},
+		{"noop_resync_writes", func(r *report) { r.NoopResyncWrites = 1 }},
+		{"grants_per_s", func(r *report) { r.GrantsPerS = 1.99 }},
+		{"guarded_update_ms", func(r *report) { r.GuardedUpdateMS.P99 = 13.01 }},
+		{"rss_mib_10k", func(r *report) { r.RSSMiB10k = 150.1 }},
+		{"rss_mib_10k", func(r *report) { r.ScaleCorrect = false }},
+		{"grant_ms p50", func(r *report) { r.GrantMS.P50 = 0; r.FloorMS.P50 = 0 }}, // no ratio: not met
+	}
+	base := okReport()
+	for _, g := range goals {
+		if met, _ := g.met(base); !met {
+			t.Fatalf("%s: not met at its limit (ratio %v)", g.figure, g.ratio(base))
+		}
+	}
+	for _, tc := range cases {
+		r := okReport()
+		tc.cross(&r)
+		for _, g := range goals {
+			met, judged := g.met(r)
+			if g.figure == tc.figure {
+				if !judged || met {
+					t.Errorf("%s: still met after crossing (ratio %v)", g.figure, g.ratio(r))
+				}
+			} else if !met {
+				t.Errorf("crossing %s also failed %s", tc.figure, g.figure)
+			}
+		}
+	}
+}

@@ -1,0 +1,85 @@
+// The report: .bench/report.json (every figure, and under "ratios" each
+// keyed goal's ratio from goals.go) and the markdown table on stdout, one
+// row per goal in goals.go, followed by the manager's top CPU and heap
+// profile entries.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+// report is .bench/report.json.
+type report struct {
+	Quick                       bool               `json:"quick"`
+	FloorMS                     latency            `json:"floor_ms"`
+	GrantMS                     latency            `json:"grant_ms"`
+	HandoffMS                   map[string]latency `json:"handoff_ms"`
+	TakeoverOvershootMS         latency            `json:"takeover_overshoot_ms"`
+	ClientgoTakeoverOvershootMS latency            `json:"clientgo_takeover_overshoot_ms"`
+	WritesPerGrant              float64            `json:"writes_per_grant"`
+	WritesPerHandoff            float64            `json:"writes_per_handoff"`
+	NoopResyncWrites            float64            `json:"noop_resync_writes"`
+	GrantsPerS                  float64            `json:"grants_per_s"`
+	FloorUpdatesPerS            float64            `json:"floor_updates_per_s"`
+	GuardedUpdateMS             latency            `json:"guarded_update_ms"`
+	UnguardedUpdateMS           latency            `json:"unguarded_update_ms"`
+	WebhookHandlerMeanMS        float64            `json:"webhook_handler_mean_ms"`
+	RSSMiB10k                   float64            `json:"rss_mib_10k"`
+	ScaleClaims                 int                `json:"scale_claims"`
+	ScaleLocks                  int                `json:"scale_locks"`
+	ScaleCorrect                bool               `json:"scale_all_grants_correct"`
+	Ratios                      map[string]float64 `json:"ratios"`
+}
+
+// writeReport fills in the ratios and writes .bench/report.json.
+func writeReport(r *report) error {
+	ratios(r)
+	b, _ := json.MarshalIndent(r, "", "  ")
+	return os.WriteFile(filepath.Join(".bench", "report.json"), b, 0o644)
+}
+
+func latText(l latency) string { return fmt.Sprintf("p50 %.2f / p99 %.2f (n=%d)", l.P50, l.P99, l.N) }
+
+// printTable prints one row per goal, then the goals not measured here.
+func printTable(w io.Writer, r report) {
+	fmt.Fprintf(w, "\n## fencekeeper benchmark (quick=%v)\n\n", r.Quick)
+	fmt.Fprintln(w, "| figure | value | goal | ratio | met? |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	for _, g := range goals {
+		ratio, verdict := "-", "-"
+		if g.num != nil {
+			ratio = fmt.Sprintf("%.2f", round2(g.ratio(r)))
+		}
+		if met, judged := g.met(r); judged {
+			verdict = "NO"
+			if met {
+				verdict = "yes"
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", g.figure, g.value(r), g.goalText(), ratio, verdict)
+	}
+	fmt.Fprintln(w, "\nGoals not measured here yet (test/bench/goals.go):")
+	for _, s := range notMeasured {
+		fmt.Fprintln(w, "-", s)
+	}
+	fmt.Fprintln(w, "\nJSON: .bench/report.json; profiles: .bench/cpu.pprof, .bench/heap.pprof")
+}
+
+func printProfiles() {
+	manager := filepath.Join(envtestutil.RepoRoot(), "bin", "manager")
+	for _, p := range []string{".bench/cpu.pprof", ".bench/heap.pprof"} {
+		out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=12", manager, p).CombinedOutput()
+		if err != nil {
+			continue
+		}
+		fmt.Printf("\n### %s (top)\n\n```\n%s```\n", p, strings.TrimSpace(string(out))+"\n")
+	}
+}
