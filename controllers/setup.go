@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
@@ -88,16 +89,26 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if !o.Webhook {
 		return nil
 	}
+	vouch := authorityViews{authority}
 	if o.WebhookReady == nil {
-		webhook.SetupWithManager(mgr)
+		webhook.SetupWithManager(mgr, vouch)
 		return nil
 	}
 	go func() {
 		select {
 		case <-o.WebhookReady:
-			webhook.SetupWithManager(mgr)
+			webhook.SetupWithManager(mgr, vouch)
 		case <-ctx.Done():
 		}
 	}()
 	return nil
+}
+
+// authorityViews lets the webhook ask the lock authority in this process
+// whether its Lease cache is fresh for a lock.
+type authorityViews struct{ r *lock.Reconciler }
+
+func (a authorityViews) FreshView(l types.NamespacedName) (int64, int64, bool) {
+	v, ok := a.r.FreshView(l)
+	return v.HeldEpoch, v.Floor, ok
 }

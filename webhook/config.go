@@ -74,10 +74,14 @@ type ConfigOptions struct {
 	TimeoutSeconds     int32
 }
 
-// FencingWebhookConfiguration builds the ValidatingWebhookConfiguration:
-// only objects carrying the fencekeeper.io/lock label are sent (so unfenced
-// objects never depend on the webhook), failing closed for those.
-func FencingWebhookConfiguration(o ConfigOptions) *admissionregistrationv1.ValidatingWebhookConfiguration {
+// FencingWebhookConfiguration builds the MutatingWebhookConfiguration: only
+// objects carrying the fencekeeper.io/lock label are sent (so unfenced
+// objects never depend on the webhook), failing closed for those. It is
+// mutating because an accepted content write has its epoch token consumed
+// and its watermark set in the same hop that checked it. It is never
+// reinvoked: its decision stands for the object it saw, and a token it
+// removed is not presented again.
+func FencingWebhookConfiguration(o ConfigOptions) *admissionregistrationv1.MutatingWebhookConfiguration {
 	timeout := o.TimeoutSeconds
 	if timeout == 0 {
 		timeout = 5
@@ -85,7 +89,7 @@ func FencingWebhookConfiguration(o ConfigOptions) *admissionregistrationv1.Valid
 	var rules []admissionregistrationv1.RuleWithOperations
 	for _, g := range o.Guarded {
 		rules = append(rules, admissionregistrationv1.RuleWithOperations{
-			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
 			Rule: admissionregistrationv1.Rule{
 				APIGroups: []string{g.Group}, APIVersions: []string{g.Version}, Resources: []string{g.Resource},
 				Scope: ptr.To(admissionregistrationv1.NamespacedScope),
@@ -96,14 +100,15 @@ func FencingWebhookConfiguration(o ConfigOptions) *admissionregistrationv1.Valid
 	if cc.Service != nil && cc.Service.Path == nil {
 		cc.Service.Path = ptr.To(FencingPath)
 	}
-	return &admissionregistrationv1.ValidatingWebhookConfiguration{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-fencing", Labels: map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue}},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:                    FencingWebhookName,
 			ClientConfig:            cc,
 			Rules:                   rules,
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			TimeoutSeconds:          ptr.To(timeout),

@@ -2,12 +2,14 @@ package webhook
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,20 +23,41 @@ import (
 )
 
 // FencingPath is where the fencing webhook is served.
-const FencingPath = "/validate-fenced"
+const FencingPath = "/fence"
 
-// FencingHandler admits writes to fenced objects of any kind.
+// GarbageCollectorUsers are the identities the garbage collector deletes
+// with: its own ServiceAccount (kube-controller-manager with
+// --use-service-account-credentials) or kube-controller-manager's identity.
+var GarbageCollectorUsers = map[string]bool{
+	"system:serviceaccount:kube-system:generic-garbage-collector": true,
+	"system:kube-controller-manager":                              true,
+}
+
+// Authority is the in-process lock authority, which can vouch that the Lease
+// cache is fresh for a lock (see controllers/lock.View).
+type Authority interface {
+	FreshView(lock types.NamespacedName) (heldEpoch, floor int64, fresh bool)
+}
+
+// FencingHandler admits writes to fenced objects of any kind. It is a
+// mutating webhook: an accepted content write has its epoch token consumed
+// and its watermark (fenced-epoch) set, in the same admission hop that
+// checked it, inside the apiserver's compare-and-swap loop.
 type FencingHandler struct {
 	// Cache reads managed Leases from the informer cache.
 	Cache client.Reader
-	// APIReader reads a Lease live when the cache is behind.
+	// APIReader reads a Lease live when the cache cannot be shown fresh, and
+	// the namespace of a fenced object being deleted.
 	APIReader client.Reader
+	// Authority, when this process runs the lock authority, shows the cache
+	// fresh; without it every check of a presented epoch reads live.
+	Authority Authority
 }
 
 var _ admission.Handler = &FencingHandler{}
 
 // Handle decodes the request generically, looks up the lock state only when a
-// rule needs it, and applies fencing.Decide.
+// rule needs it, applies fencing.Decide, and rewrites an accepted write.
 func (h *FencingHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	start := time.Now()
 	resp, reason := h.handle(ctx, req)
@@ -43,53 +66,78 @@ func (h *FencingHandler) Handle(ctx context.Context, req admission.Request) admi
 }
 
 func (h *FencingHandler) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
-	var op fencing.Operation
+	r := fencing.Request{Op: fencing.Operation(req.Operation)}
+	var err error
 	switch req.Operation {
-	case admissionv1.Create:
-		op = fencing.Create
-	case admissionv1.Update:
-		op = fencing.Update
+	case admissionv1.Create, admissionv1.Update:
+		if r.New, err = decode(req.Object.Raw); err != nil {
+			return admission.Errored(http.StatusBadRequest, err), "DecodeError"
+		}
+	case admissionv1.Delete:
 	default:
-		return admission.Allowed("fencekeeper checks only CREATE and UPDATE"), "OperationNotChecked"
+		return admission.Allowed("fencekeeper checks only CREATE, UPDATE and DELETE"), "OperationNotChecked"
 	}
-	obj, err := decode(req.Object.Raw)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err), "DecodeError"
-	}
-	var old *unstructured.Unstructured
-	if op == fencing.Update {
-		if old, err = decode(req.OldObject.Raw); err != nil {
+	if req.Operation != admissionv1.Create {
+		if r.Old, err = decode(req.OldObject.Raw); err != nil {
 			return admission.Errored(http.StatusBadRequest, err), "DecodeError"
 		}
 	}
-	lockName := fencing.LockName(old, obj)
-	if lockName == "" {
+	lockName, fenced := fencing.LockName(r.Old, r.New)
+	if !fenced {
 		return admission.Allowed("not fenced"), "NotFenced"
 	}
 	if req.Namespace == "" {
 		return denied(fencing.Decision{Code: http.StatusUnprocessableEntity, Reason: fkv1.AdmissionClusterScoped,
 			Message: fmt.Sprintf("%s %s is cluster-scoped; locks live in a namespace, so only namespaced objects can be fenced", req.Kind.Kind, req.Name)}), string(fkv1.AdmissionClusterScoped)
 	}
+	if r.Op == fencing.Delete {
+		r.GarbageCollector = GarbageCollectorUsers[req.UserInfo.Username]
+		if r.NamespaceTerminating, err = h.namespaceTerminating(ctx, req.Namespace); err != nil {
+			return admission.Errored(http.StatusServiceUnavailable, err), "NamespaceReadError"
+		}
+	}
 
 	state := fencing.LockState{Namespace: req.Namespace, Name: lockName}
-	if epoch, need := fencing.NeedsLock(op, old, obj); need {
+	if epoch, need := fencing.NeedsLock(r); need && lockName != "" {
 		if state, err = h.lockState(ctx, types.NamespacedName{Namespace: req.Namespace, Name: lockName}, epoch); err != nil {
 			// Fail closed: without the authority's word nothing is written.
 			return admission.Errored(http.StatusServiceUnavailable,
 				fmt.Errorf("reading lock %s/%s: %w", req.Namespace, lockName, err)), "LockReadError"
 		}
 	}
-	d := fencing.Decide(op, old, obj, state)
-	if d.Allowed {
+	d := fencing.Decide(r, state)
+	if !d.Allowed {
+		logf.FromContext(ctx).V(1).Info("denied a fenced write", "operation", req.Operation, "kind", req.Kind.Kind,
+			"namespace", req.Namespace, "name", req.Name, "user", req.UserInfo.Username, "lock", lockName, "reason", d.Reason, "epoch", d.Epoch)
+		return denied(d), string(d.Reason)
+	}
+	if d.Watermark == 0 {
 		return admission.Allowed(string(d.Reason)), string(d.Reason)
 	}
-	logf.FromContext(ctx).V(1).Info("denied a fenced write", "kind", req.Kind.Kind, "namespace", req.Namespace,
-		"name", req.Name, "user", req.UserInfo.Username, "lock", lockName, "reason", d.Reason, "epoch", d.Epoch)
-	return denied(d), string(d.Reason)
+	return consume(req.Object.Raw, r.New, d), string(d.Reason)
 }
 
-// lockState reads the lock's Lease from the cache, and live only when the
-// cache has not seen the presented epoch issued (or the Lease at all).
+// consume rewrites an accepted content write: the token is removed and the
+// watermark set to the presented epoch.
+func consume(raw []byte, obj *unstructured.Unstructured, d fencing.Decision) admission.Response {
+	out := obj.DeepCopy()
+	ann := out.GetAnnotations()
+	delete(ann, fkv1.AnnotationEpoch)
+	ann[fkv1.AnnotationFencedEpoch] = fkv1.FormatEpoch(d.Watermark)
+	out.SetAnnotations(ann)
+	modified, err := json.Marshal(out.Object)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	resp := admission.PatchResponseFromRaw(raw, modified)
+	resp.Result = &metav1.Status{Message: string(d.Reason)}
+	return resp
+}
+
+// lockState reads the lock's Lease from the cache when the authority in this
+// process vouches for the cache (same holder, lease not lapsed on its clock,
+// nothing newer issued), and live otherwise: a replica must not admit on a
+// view older than the request.
 func (h *FencingHandler) lockState(ctx context.Context, key types.NamespacedName, presented int64) (fencing.LockState, error) {
 	var lease coordinationv1.Lease
 	err := h.Cache.Get(ctx, key, &lease)
@@ -97,7 +145,7 @@ func (h *FencingHandler) lockState(ctx context.Context, key types.NamespacedName
 		return fencing.LockState{}, err
 	}
 	state := stateOf(key, &lease, err == nil)
-	if state.Exists && presented <= state.Issued {
+	if state.Exists && presented <= state.Issued && h.vouched(key, state) {
 		return state, nil
 	}
 	liveReads.Inc()
@@ -107,6 +155,33 @@ func (h *FencingHandler) lockState(ctx context.Context, key types.NamespacedName
 		return fencing.LockState{}, err
 	}
 	return stateOf(key, &lease, err == nil), nil
+}
+
+// vouched reports whether the authority's fresh view agrees with the cache.
+// A free lock in the cache needs no vouching: it admits nothing under policy
+// current, and the issued bound is checked against it.
+func (h *FencingHandler) vouched(key types.NamespacedName, state fencing.LockState) bool {
+	if h.Authority == nil {
+		return false
+	}
+	held, floor, fresh := h.Authority.FreshView(key)
+	if state.HeldEpoch == 0 {
+		return floor <= state.Issued
+	}
+	return fresh && held == state.HeldEpoch && floor <= state.Issued
+}
+
+// namespaceTerminating reads the namespace live: deletes of fenced objects
+// are rare, and namespace deletion must never be blocked by a stale cache.
+func (h *FencingHandler) namespaceTerminating(ctx context.Context, name string) (bool, error) {
+	var ns corev1.Namespace
+	if err := h.APIReader.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("reading namespace %s: %w", name, err)
+	}
+	return ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating, nil
 }
 
 func stateOf(key types.NamespacedName, lease *coordinationv1.Lease, found bool) fencing.LockState {
@@ -139,8 +214,23 @@ func denied(d fencing.Decision) admission.Response {
 			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{
 				Type:    metav1.CauseType(d.Reason.CauseType()),
 				Message: d.Message,
-				Field:   "metadata.annotations[" + fkv1.AnnotationEpoch + "]",
+				Field:   causeField(d.Reason),
 			}}},
 		},
 	}}
+}
+
+// causeField names the field a denial is about.
+func causeField(r fkv1.AdmissionReason) string {
+	switch r {
+	case fkv1.AdmissionLockLabelImmutable, fkv1.AdmissionEmptyLockLabel:
+		return "metadata.labels[" + fkv1.LabelLock + "]"
+	case fkv1.AdmissionInvalidPolicy:
+		return "metadata.annotations[" + fkv1.AnnotationFencePolicy + "]"
+	case fkv1.AdmissionDeleteNotMarked:
+		return "metadata.annotations[" + fkv1.AnnotationDeleteEpoch + "]"
+	case fkv1.AdmissionClusterScoped:
+		return "metadata.namespace"
+	}
+	return "metadata.annotations[" + fkv1.AnnotationEpoch + "]"
 }

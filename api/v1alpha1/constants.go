@@ -103,6 +103,16 @@ const (
 	FencePolicyCurrent = "current"
 	// FencePolicyMonotonic: only the per-object watermark and the issued bound apply.
 	FencePolicyMonotonic = "monotonic"
+
+	// AnnotationFencedEpoch on a protected object is its watermark: the epoch
+	// of the last accepted content write. Only admission writes it; the
+	// per-request token (AnnotationEpoch) is consumed and never stored.
+	AnnotationFencedEpoch = Prefix + "fenced-epoch"
+	// AnnotationDeleteEpoch marks a protected object for deletion by the
+	// current holder: set it to your epoch in a fenced write, then delete.
+	// The delete passes while the mark equals the watermark (and, under
+	// policy current, the lock's current epoch).
+	AnnotationDeleteEpoch = Prefix + "delete-epoch"
 )
 
 // AdmissionReason is the machine-readable reason of a fencing admission
@@ -123,6 +133,11 @@ const (
 	AdmissionEpochRemoved       AdmissionReason = "EpochAnnotationRemoved"
 	AdmissionInvalidPolicy      AdmissionReason = "InvalidFencePolicy"
 	AdmissionClusterScoped      AdmissionReason = "ClusterScoped"
+	AdmissionEmptyLockLabel     AdmissionReason = "EmptyLockLabel"
+	AdmissionDeleteMarked       AdmissionReason = "DeleteMarked"
+	AdmissionDeleteNotMarked    AdmissionReason = "DeleteNotMarked"
+	AdmissionNamespaceDeletion  AdmissionReason = "NamespaceTerminating"
+	AdmissionGarbageCollection  AdmissionReason = "GarbageCollection"
 )
 
 // CauseType is the details.causes[].type a denial with this reason carries.

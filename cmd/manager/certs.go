@@ -15,7 +15,7 @@ import (
 // rotated before expiry, with the CA injected into the webhook configuration.
 type certOptions struct {
 	enabled                           bool
-	namespace, secret, service, vwcfg string
+	namespace, secret, service, webhookConfig string
 	certDir                           string
 }
 
@@ -38,7 +38,7 @@ func setupCertRotation(mgr ctrl.Manager, o certOptions) (chan struct{}, error) {
 		DNSName:        fmt.Sprintf("%s.%s.svc", o.service, o.namespace),
 		ExtraDNSNames:  []string{fmt.Sprintf("%s.%s.svc.cluster.local", o.service, o.namespace)},
 		IsReady:        ready,
-		Webhooks:       []rotator.WebhookInfo{{Name: o.vwcfg, Type: rotator.Validating}},
+		Webhooks:       []rotator.WebhookInfo{{Name: o.webhookConfig, Type: rotator.Mutating}},
 		// Every replica serves the webhook, so every replica needs the files;
 		// the Secret and caBundle writes are guarded by resourceVersion.
 		RequireLeaderElection: false,

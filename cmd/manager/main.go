@@ -51,7 +51,7 @@ func main() {
 	flag.StringVar(&certs.namespace, "cert-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the certificate Secret and webhook Service (default $POD_NAMESPACE).")
 	flag.StringVar(&certs.secret, "cert-secret-name", "fencekeeper-webhook-cert", "Secret holding the webhook certificate.")
 	flag.StringVar(&certs.service, "webhook-service-name", "fencekeeper-webhook-service", "Service in front of the webhook (the certificate's DNS name).")
-	flag.StringVar(&certs.vwcfg, "webhook-config-name", "fencekeeper-fencing", "ValidatingWebhookConfiguration whose caBundle is kept current.")
+	flag.StringVar(&certs.webhookConfig, "webhook-config-name", "fencekeeper-fencing", "MutatingWebhookConfiguration (the fencing webhook) whose caBundle is kept current.")
 	flag.DurationVar(&syncPeriod, "sync-period", 10*time.Hour, "How often the informer caches resync (every object is reconciled again).")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address for net/http/pprof (empty: off).")
 	opts := zap.Options{Development: false}

@@ -24,6 +24,7 @@ import (
 func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathered, a action) (ctrl.Result, error) {
 	switch a.kind {
 	case actIdle:
+		r.views.set(lock, View{})
 		return ctrl.Result{}, nil
 	case actForeign:
 		lockConflicts.Inc()
@@ -72,6 +73,8 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	if a.end == holderExpired {
 		in.expiredUID = string(a.endedUID)
 	}
+	r.views.set(lock, View{HeldEpoch: in.ledger.HeldEpoch(), Floor: r.floors.raise(lock),
+		deadline: g.now.Add(a.requeueAfter)})
 	if err := r.syncStatuses(ctx, g.claims, in); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -57,6 +57,7 @@ type Reconciler struct {
 	clock  *renewClock
 	floors *epochFloors
 	expect *writeExpectations
+	views  *views
 	// foreign remembers locks blocked by a Lease fencekeeper does not manage
 	// (a set of types.NamespacedName), so their re-checks read live.
 	foreign sync.Map
@@ -72,7 +73,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, recorder events.Eve
 	}
 	return &Reconciler{
 		client: c, apiReader: apiReader, recorder: recorder, foreignRecheck: o.ForeignLeaseRecheck,
-		clock: newRenewClock(o.Clock), floors: newEpochFloors(), expect: newWriteExpectations(),
+		clock: newRenewClock(o.Clock), floors: newEpochFloors(), expect: newWriteExpectations(), views: newViews(),
 	}
 }
 

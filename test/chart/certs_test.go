@@ -85,7 +85,7 @@ var _ = Describe("Webhook certificate rotation", func() {
 
 		By("the CA is injected into the webhook configuration, and the manager becomes ready")
 		Eventually(func() []byte {
-			var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+			var vwc admissionregistrationv1.MutatingWebhookConfiguration
 			_ = admin.Get(ctx, client.ObjectKey{Name: "fk-fencekeeper-fencing"}, &vwc)
 			if len(vwc.Webhooks) == 0 {
 				return nil

@@ -101,7 +101,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 		out, errOut, err = helm("uninstall", "fk", "-n", "fencekeeper-system")
 		Expect(err).NotTo(HaveOccurred(), out+errOut)
 		Expect(apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Namespace: "fencekeeper-system", Name: "fk-fencekeeper"}, &dep))).To(BeTrue())
-		Expect(apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Name: "fk-fencekeeper-fencing"}, &admissionregistrationv1.ValidatingWebhookConfiguration{}))).To(BeTrue())
+		Expect(apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Name: "fk-fencekeeper-fencing"}, &admissionregistrationv1.MutatingWebhookConfiguration{}))).To(BeTrue())
 		Expect(admin.Get(ctx, client.ObjectKey{Name: "fencedleases.fencekeeper.io"}, &crd)).To(Succeed(), "crds.keep keeps the CRD")
 	})
 
@@ -116,8 +116,8 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Expect(chart["CustomResourceDefinition/fencedleases.fencekeeper.io"]["spec"]).To(Equal(config["CustomResourceDefinition/fencedleases.fencekeeper.io"]["spec"]))
 		Expect(chart["ClusterRole/fencekeeper-manager"]["rules"]).To(Equal(config["ClusterRole/fencekeeper-manager"]["rules"]))
 		Expect(chart["Role/fencekeeper-manager"]["rules"]).To(Equal(config["Role/fencekeeper-manager"]["rules"]))
-		cw := chart["ValidatingWebhookConfiguration/fencekeeper-fencing"]["webhooks"].([]any)[0].(map[string]any)
-		kw := config["ValidatingWebhookConfiguration/fencekeeper-fencing"]["webhooks"].([]any)[0].(map[string]any)
+		cw := chart["MutatingWebhookConfiguration/fencekeeper-fencing"]["webhooks"].([]any)[0].(map[string]any)
+		kw := config["MutatingWebhookConfiguration/fencekeeper-fencing"]["webhooks"].([]any)[0].(map[string]any)
 		for _, k := range []string{"rules", "objectSelector", "namespaceSelector", "failurePolicy", "sideEffects", "timeoutSeconds", "matchPolicy"} {
 			Expect(cw[k]).To(Equal(kw[k]), k)
 		}
@@ -131,7 +131,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 		DeferCleanup(func() { _, _, _ = helm("uninstall", "fk", "-n", "fencekeeper-system") })
 		// No pods run here, so the chart's webhook Service has no endpoints:
 		// replace it by one pointing at the manager this test runs.
-		Expect(admin.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "fk-fencekeeper-fencing"}})).To(Succeed())
+		Expect(admin.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "fk-fencekeeper-fencing"}})).To(Succeed())
 
 		sa := fmt.Sprintf("system:serviceaccount:%s:%s", "fencekeeper-system", "fk-fencekeeper")
 		asSA := rest.CopyConfig(adminCfg)
@@ -185,8 +185,8 @@ var _ = Describe("Helm chart", Ordered, func() {
 	})
 })
 
-func webhookConfig() *admissionregistrationv1.ValidatingWebhookConfiguration {
-	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+func webhookConfig() *admissionregistrationv1.MutatingWebhookConfiguration {
+	var vwc admissionregistrationv1.MutatingWebhookConfiguration
 	ExpectWithOffset(1, admin.Get(ctx, client.ObjectKey{Name: "fk-fencekeeper-fencing"}, &vwc)).To(Succeed())
 	return &vwc
 }

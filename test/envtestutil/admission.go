@@ -41,7 +41,7 @@ func WithFencingWebhook(env *envtest.Environment, guarded []string) error {
 	if err != nil {
 		return err
 	}
-	env.WebhookInstallOptions.ValidatingWebhooks = append(env.WebhookInstallOptions.ValidatingWebhooks, cfg)
+	env.WebhookInstallOptions.MutatingWebhooks = append(env.WebhookInstallOptions.MutatingWebhooks, cfg)
 	env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
 	return nil
 }
@@ -56,12 +56,12 @@ func LocalWebhook(_ *envtest.Environment, guarded []string) *envtest.WebhookInst
 	}
 	cfg.Name = "fencekeeper-fencing-local"
 	return &envtest.WebhookInstallOptions{
-		ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{cfg},
+		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{cfg},
 		LocalServingHost:   "127.0.0.1",
 	}
 }
 
-func localWebhookConfig(guarded []string) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+func localWebhookConfig(guarded []string) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	g, err := webhook.ParseGuardedResources(guarded)
 	if err != nil {
 		return nil, err

@@ -1,7 +1,8 @@
 // Package fencing decides whether a write to a fenced object is allowed: the
-// rules of docs/design.md §3 as pure functions of (operation, old object, new
-// object, lock state), so they can be table-tested and fuzzed without an
-// apiserver. The admission handler around them only decodes and looks up.
+// rules of docs/design.md §3 as pure functions of (request, lock state), so
+// they can be table-tested and fuzzed without an apiserver. The admission
+// handler around them only decodes, looks up and applies the decision's
+// rewrite (consume the token, set the watermark).
 package fencing
 
 import (
@@ -22,7 +23,21 @@ type Operation string
 const (
 	Create Operation = "CREATE"
 	Update Operation = "UPDATE"
+	Delete Operation = "DELETE"
 )
+
+// Request is one admission request as the rules see it.
+type Request struct {
+	Op Operation
+	// Old is the stored object (nil on CREATE); New the object as it would be
+	// stored (nil on DELETE).
+	Old, New *unstructured.Unstructured
+	// NamespaceTerminating is true when the object's namespace is being
+	// deleted (read only for DELETE).
+	NamespaceTerminating bool
+	// GarbageCollector is true when the garbage collector sends the request.
+	GarbageCollector bool
+}
 
 // LockState is what the authority (the lock's backing Lease) says.
 type LockState struct {
@@ -67,11 +82,15 @@ type Decision struct {
 	Allowed bool
 	Reason  fkv1.AdmissionReason
 	// Code is the HTTP status of a denial: 409 for stale or not-current
-	// epochs, 403 for a forged one, 422 for malformed input.
+	// epochs, 403 for a forged one or a refused delete, 422 for malformed
+	// input.
 	Code    int32
 	Message string
 	// Epoch is the presented epoch (0 when there is none or it is malformed).
 	Epoch int64
+	// Watermark, on an allowed content write, is the fenced-epoch the stored
+	// object gets (the presented epoch); the token is consumed with it.
+	Watermark int64
 }
 
 func allow(r fkv1.AdmissionReason, epoch int64) Decision {
@@ -82,62 +101,92 @@ func deny(code int32, r fkv1.AdmissionReason, epoch int64, format string, args .
 	return Decision{Reason: r, Code: code, Epoch: epoch, Message: fmt.Sprintf(format, args...)}
 }
 
-// LockName returns the lock an object is fenced by ("" if none): the new
+// LockName returns the lock an object is fenced by and whether it carries
+// the fencing label at all (an empty value is fenced, and refused): the new
 // object's label, or the old one's when the write removes it.
-func LockName(old, obj *unstructured.Unstructured) string {
-	if obj != nil {
-		if l := obj.GetLabels()[fkv1.LabelLock]; l != "" {
-			return l
+func LockName(old, obj *unstructured.Unstructured) (string, bool) {
+	for _, u := range []*unstructured.Unstructured{obj, old} {
+		if u == nil {
+			continue
+		}
+		if l, ok := u.GetLabels()[fkv1.LabelLock]; ok {
+			return l, true
 		}
 	}
-	if old != nil {
-		return old.GetLabels()[fkv1.LabelLock]
+	return "", false
+}
+
+// Presented returns the epoch token this request presents, if any. The
+// stored object never carries a token (admission consumes it), so a token on
+// the new object was sent with this request. One exception: an object
+// written before tokens were consumed (or given one back by another mutating
+// webhook) stores a token, and a token equal to it cannot be told from one
+// the request merely inherited; such a token is inherited, and is accepted
+// only as the lock's current epoch.
+func Presented(r Request) (raw string, ok, inherited bool) {
+	if r.New == nil {
+		return "", false, false
 	}
-	return ""
+	raw, ok = r.New.GetAnnotations()[fkv1.AnnotationEpoch]
+	if ok && r.Old != nil {
+		if stored, had := r.Old.GetAnnotations()[fkv1.AnnotationEpoch]; had && stored == raw {
+			inherited = true
+		}
+	}
+	return raw, ok, inherited
 }
 
 // NeedsLock reports whether Decide will consult the lock state, and the
 // epoch it will be checked against; the handler reads the Lease only then.
-func NeedsLock(op Operation, old, obj *unstructured.Unstructured) (int64, bool) {
-	if op == Update && !ContentChanged(old, obj) {
+func NeedsLock(r Request) (int64, bool) {
+	if r.Op == Delete {
+		return markOf(r.Old), r.Old != nil && !r.NamespaceTerminating && !r.GarbageCollector
+	}
+	if r.Op == Update && !ContentChanged(r.Old, r.New) {
 		return 0, false
 	}
-	e, err := fkv1.ParseEpoch(obj.GetAnnotations()[fkv1.AnnotationEpoch])
+	raw, ok, _ := Presented(r)
+	if !ok {
+		return 0, false
+	}
+	e, err := fkv1.ParseEpoch(raw)
 	if err != nil {
 		return 0, false
 	}
 	return e, true
 }
 
-// Decide applies the rules of docs/design.md §3 to one write. old is nil on CREATE.
-func Decide(op Operation, old, obj *unstructured.Unstructured, lock LockState) Decision {
+// Decide applies the rules of docs/design.md §3 to one write.
+func Decide(r Request, lock LockState) Decision {
+	if r.Op == Delete {
+		return decideDelete(r, lock)
+	}
 	lockRef := lock.String()
 
-	// Rule 5: the fencing label and the epoch annotation stay.
-	if op == Update && old != nil {
-		oldLock, newLock := old.GetLabels()[fkv1.LabelLock], obj.GetLabels()[fkv1.LabelLock]
-		if oldLock != "" && newLock != oldLock {
+	// Rule 5: the fencing label is never empty, removed or changed.
+	newLock, labeled := r.New.GetLabels()[fkv1.LabelLock]
+	if labeled && newLock == "" {
+		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionEmptyLockLabel, 0,
+			"the %s label must name a lock; an empty value is not allowed (remove the label only on objects that were never fenced)", fkv1.LabelLock)
+	}
+	if r.Op == Update && r.Old != nil {
+		if oldLock, had := r.Old.GetLabels()[fkv1.LabelLock]; had && newLock != oldLock {
 			return deny(http.StatusUnprocessableEntity, fkv1.AdmissionLockLabelImmutable, 0,
 				"the %s label of a fenced object cannot be removed or changed (it is %q; wanted %q)", fkv1.LabelLock, oldLock, newLock)
 		}
-		if _, had := old.GetAnnotations()[fkv1.AnnotationEpoch]; had {
-			if _, has := obj.GetAnnotations()[fkv1.AnnotationEpoch]; !has {
-				return deny(http.StatusUnprocessableEntity, fkv1.AdmissionEpochRemoved, 0,
-					"the %s annotation of an object fenced by lock %s cannot be removed", fkv1.AnnotationEpoch, lockRef)
-			}
-		}
 	}
 
-	// Rule 6: metadata-only maintenance passes.
-	if op == Update && !ContentChanged(old, obj) {
+	// Rule 8: metadata-only maintenance passes.
+	if r.Op == Update && !ContentChanged(r.Old, r.New) {
 		return allow(fkv1.AdmissionMetadataOnly, 0)
 	}
 
-	// Rule 1: a content change carries a valid epoch.
-	raw, ok := obj.GetAnnotations()[fkv1.AnnotationEpoch]
+	// Rule 1: a content change presents a valid epoch in this request.
+	raw, ok, inherited := Presented(r)
 	if !ok {
 		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionMissingEpoch, 0,
-			"missing epoch for lock %s: a write to an object fenced by this lock must carry annotation %s with the writer's epoch",
+			"missing epoch for lock %s: every content write to an object fenced by this lock must present the writer's epoch "+
+				"in annotation %s (it is consumed by each write and never stored, so re-stamp it on every patch, edit or apply)",
 			lockRef, fkv1.AnnotationEpoch)
 	}
 	epoch, err := fkv1.ParseEpoch(raw)
@@ -146,14 +195,17 @@ func Decide(op Operation, old, obj *unstructured.Unstructured, lock LockState) D
 			"malformed epoch for lock %s: %v", lockRef, err)
 	}
 
-	policy, err := effectivePolicy(op, old, obj)
+	policy, err := effectivePolicy(r)
 	if err != nil {
 		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionInvalidPolicy, epoch, "%v", err)
 	}
+	if inherited {
+		policy = fkv1.FencePolicyCurrent
+	}
 
 	// Rule 2: never below the object's watermark.
-	if op == Update && old != nil {
-		if stored, err := fkv1.ParseEpoch(old.GetAnnotations()[fkv1.AnnotationEpoch]); err == nil && epoch < stored {
+	if r.Op == Update {
+		if stored := watermarkOf(r.Old); epoch < stored {
 			return deny(http.StatusConflict, fkv1.AdmissionStaleEpoch, epoch,
 				"stale epoch %d for lock %s: object already accepted epoch %d (%s)", epoch, lockRef, stored, lock.holderText())
 		}
@@ -174,23 +226,62 @@ func Decide(op Operation, old, obj *unstructured.Unstructured, lock LockState) D
 		return deny(http.StatusConflict, fkv1.AdmissionNotCurrentEpoch, epoch,
 			"stale epoch %d for lock %s: it is not the lock's current epoch (%s)", epoch, lockRef, lock.holderText())
 	}
-	return allow(fkv1.AdmissionEpochAccepted, epoch)
+	d := allow(fkv1.AdmissionEpochAccepted, epoch)
+	d.Watermark = epoch
+	return d
+}
+
+// decideDelete is rule 6: a fenced object is deleted by namespace deletion,
+// by the garbage collector, or by the current holder after a fenced write
+// marked it (AnnotationDeleteEpoch equal to the watermark).
+func decideDelete(r Request, lock LockState) Decision {
+	switch {
+	case r.NamespaceTerminating:
+		return allow(fkv1.AdmissionNamespaceDeletion, 0)
+	case r.GarbageCollector:
+		return allow(fkv1.AdmissionGarbageCollection, 0)
+	}
+	lockRef := lock.String()
+	how := fmt.Sprintf("to delete it, the current holder first writes annotation %s=<its epoch> with a fenced write "+
+		"(presenting the same epoch in %s), then deletes", fkv1.AnnotationDeleteEpoch, fkv1.AnnotationEpoch)
+	mark := markOf(r.Old)
+	if mark == 0 {
+		return deny(http.StatusForbidden, fkv1.AdmissionDeleteNotMarked, 0,
+			"object fenced by lock %s is not marked for deletion: %s", lockRef, how)
+	}
+	if stored := watermarkOf(r.Old); mark != stored {
+		return deny(http.StatusConflict, fkv1.AdmissionStaleEpoch, mark,
+			"stale delete for lock %s: marked by epoch %d but the object has since accepted epoch %d (%s); %s",
+			lockRef, mark, stored, lock.holderText(), how)
+	}
+	policy, err := policyOf(r.Old)
+	if err != nil {
+		policy = fkv1.FencePolicyCurrent
+	}
+	if policy == fkv1.FencePolicyCurrent && mark != lock.HeldEpoch {
+		return deny(http.StatusConflict, fkv1.AdmissionNotCurrentEpoch, mark,
+			"stale delete for lock %s: marked by epoch %d, which is not the lock's current epoch (%s); %s",
+			lockRef, mark, lock.holderText(), how)
+	}
+	return allow(fkv1.AdmissionDeleteMarked, mark)
 }
 
 // effectivePolicy is the stored object's policy on UPDATE (so a stale writer
-// cannot relax the rules with its own write), the new object's on CREATE.
-func effectivePolicy(op Operation, old, obj *unstructured.Unstructured) (string, error) {
-	src := obj
-	if op == Update && old != nil {
-		src = old
+// cannot relax the rules with its own write) and always current on CREATE
+// (so delete + re-create cannot roll a watermark back). A new policy value
+// must itself be valid.
+func effectivePolicy(r Request) (string, error) {
+	if np, set := r.New.GetAnnotations()[fkv1.AnnotationFencePolicy]; set && np != fkv1.FencePolicyCurrent && np != fkv1.FencePolicyMonotonic {
+		return "", fmt.Errorf("invalid %s %q: use %q or %q", fkv1.AnnotationFencePolicy, np, fkv1.FencePolicyCurrent, fkv1.FencePolicyMonotonic)
 	}
-	p, ok := src.GetAnnotations()[fkv1.AnnotationFencePolicy]
-	if op == Update && old != nil {
-		// A new policy value must itself be valid.
-		if np, set := obj.GetAnnotations()[fkv1.AnnotationFencePolicy]; set && np != fkv1.FencePolicyCurrent && np != fkv1.FencePolicyMonotonic {
-			return "", fmt.Errorf("invalid %s %q: use %q or %q", fkv1.AnnotationFencePolicy, np, fkv1.FencePolicyCurrent, fkv1.FencePolicyMonotonic)
-		}
+	if r.Op == Create || r.Old == nil {
+		return fkv1.FencePolicyCurrent, nil
 	}
+	return policyOf(r.Old)
+}
+
+func policyOf(u *unstructured.Unstructured) (string, error) {
+	p, ok := u.GetAnnotations()[fkv1.AnnotationFencePolicy]
 	switch {
 	case !ok || p == fkv1.FencePolicyCurrent:
 		return fkv1.FencePolicyCurrent, nil
@@ -198,6 +289,35 @@ func effectivePolicy(op Operation, old, obj *unstructured.Unstructured) (string,
 		return fkv1.FencePolicyMonotonic, nil
 	}
 	return "", fmt.Errorf("invalid %s %q: use %q or %q", fkv1.AnnotationFencePolicy, p, fkv1.FencePolicyCurrent, fkv1.FencePolicyMonotonic)
+}
+
+// watermarkOf is the stored object's watermark: its fenced-epoch, or for an
+// object written before tokens were consumed, its stored token (0: none).
+func watermarkOf(u *unstructured.Unstructured) int64 {
+	if u == nil {
+		return 0
+	}
+	a := u.GetAnnotations()
+	raw, ok := a[fkv1.AnnotationFencedEpoch]
+	if !ok {
+		raw = a[fkv1.AnnotationEpoch]
+	}
+	e, err := fkv1.ParseEpoch(raw)
+	if err != nil {
+		return 0
+	}
+	return e
+}
+
+func markOf(u *unstructured.Unstructured) int64 {
+	if u == nil {
+		return 0
+	}
+	e, err := fkv1.ParseEpoch(u.GetAnnotations()[fkv1.AnnotationDeleteEpoch])
+	if err != nil {
+		return 0
+	}
+	return e
 }
 
 // ContentChanged reports whether an update changes anything outside metadata
