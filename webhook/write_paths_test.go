@@ -97,7 +97,14 @@ var _ = Describe("Fencing on every write path", func() {
 		cmd.Env = append(os.Environ(), "KUBE_EDITOR="+editor, "EDITOR="+editor)
 		b, err := cmd.CombinedOutput()
 		Expect(err).To(HaveOccurred(), string(b))
-		Expect(string(b)).To(ContainSubstring("missing epoch"))
+		Expect(string(b)).To(ContainSubstring("is invalid"))
+		// kubectl edit keeps the refused copy, with the denial as comments at its top.
+		_, copyPath, found := strings.Cut(string(b), "stored to \"")
+		Expect(found).To(BeTrue(), string(b))
+		copyPath, _, _ = strings.Cut(copyPath, "\"")
+		kept, err := os.ReadFile(copyPath)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(kept)).To(ContainSubstring("missing epoch for lock " + ns + "/" + lock))
 		Expect(configMapData(ns, lock)).To(Equal("v11 by W1"))
 
 		By("the same patch presenting the current epoch passes")
@@ -172,11 +179,18 @@ data: {report.csv: %q}
 		Expect(err.Error()).To(ContainSubstring("stale delete for lock " + ns + "/" + lock))
 		Expect(configMapData(ns, lock)).To(Equal("v11 by W1"))
 
-		By("an unmarked delete is refused with the way to do it")
+		By("after W2 writes, W1's mark is below the watermark: still refused, saying how to delete")
 		Expect(publish(ns, lock, w2.Status.Epoch, "v12 by W2")).To(Succeed())
 		err = k8s.Delete(ctx, cmRef(ns, lock))
-		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(apierrors.IsConflict(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("has since accepted epoch %d", w2.Status.Epoch))
 		Expect(err.Error()).To(ContainSubstring(fkv1.AnnotationDeleteEpoch))
+
+		By("an object never marked is refused as such")
+		Expect(k8s.Create(ctx, fencedConfigMap(ns, "unmarked", lock, w2.Status.Epoch, "v1", nil))).To(Succeed())
+		err = k8s.Delete(ctx, cmRef(ns, "unmarked"))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("is not marked for deletion"))
 
 		By("re-creating under an old epoch with a relaxed policy is refused (a create is checked as current)")
 		stale := fencedConfigMap(ns, "report-2026-08", lock, w1.Status.Epoch, "stale by W1",

@@ -131,7 +131,7 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 		for ev := range hist.ResultChan() {
 			if cm, ok := ev.Object.(*corev1.ConfigMap); ok && cm.Name == lock {
 				histMu.Lock()
-				history = append(history, fmt.Sprintf("epoch %s: %s", cm.Annotations[fkv1.AnnotationEpoch], cm.Data["report.csv"]))
+				history = append(history, fmt.Sprintf("epoch %s: %s", cm.Annotations[fkv1.AnnotationFencedEpoch], cm.Data["report.csv"]))
 				histMu.Unlock()
 			}
 		}
@@ -172,7 +172,7 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("setting up: %w", err)
 	}
-	if err := publish(ctx, c, setup, ns, lock, "report v10 by june-job"); err != nil {
+	if err := publish(ctx, c, setup, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: lock}}, "report v10 by june-job"); err != nil {
 		return fmt.Errorf("setting up: %w", err)
 	}
 	if err := setup.Release(ctx); err != nil {

@@ -78,7 +78,7 @@ func worker(kubeconfig, ns, name, lock string, ttl, compute time.Duration, holdU
 	}
 	time.Sleep(compute)
 
-	err = publish(ctx, c, l, ns, lock, result)
+	err = publish(ctx, c, l, &cm, result)
 	if errors.Is(err, lease.ErrStaleEpoch) {
 		emit(name, "publish rejected", l.Epoch, "stale_owner: "+apiMessage(err))
 		select {
@@ -113,19 +113,17 @@ func apiMessage(err error) string {
 	return err.Error()
 }
 
-// publish is a fresh read-modify-write stamped with the lease's epoch: it
-// passes optimistic concurrency (the resourceVersion is current), so only
-// the fence can refuse a stale owner.
-func publish(ctx context.Context, c client.Client, l *lease.Lease, ns, name, data string) error {
-	var cm corev1.ConfigMap
-	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm)
-	if apierrors.IsNotFound(err) {
-		cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"report.csv": data}}
-		return l.Create(ctx, c, &cm)
+// publish writes the result from the copy read before computing, the way
+// controllers do: a client.MergeFrom patch (no resourceVersion precondition)
+// of that copy, stamped with the lease's epoch. Nothing but the fence stands
+// between a paused owner and the report.
+func publish(ctx context.Context, c client.Client, l *lease.Lease, read *corev1.ConfigMap, data string) error {
+	if read.ResourceVersion == "" {
+		cm := read.DeepCopy()
+		cm.Data = map[string]string{"report.csv": data}
+		return l.Create(ctx, c, cm)
 	}
-	if err != nil {
-		return err
-	}
+	cm := read.DeepCopy()
 	cm.Data = map[string]string{"report.csv": data}
-	return l.Update(ctx, c, &cm)
+	return l.Patch(ctx, c, cm, client.MergeFrom(read))
 }

@@ -2,9 +2,11 @@ package lease
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -353,4 +355,60 @@ func fenced(err error) error {
 		return staleError{err: err}
 	}
 	return err
+}
+
+// Patch stamps obj with this lease's epoch and patches it. The epoch is
+// always presented in the patch itself, even when the patch's base already
+// carried the same stamp (a client.MergeFrom diff would drop it): the object
+// refuses a content write that presents no epoch of its own. JSON patches
+// need the object to have annotations already (every fenced object does:
+// its fenced-epoch watermark).
+func (l *Lease) Patch(ctx context.Context, c client.Client, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	l.Stamp(obj)
+	return fenced(c.Patch(ctx, obj, presenting{Patch: patch, epoch: l.Epoch}, opts...))
+}
+
+// presenting adds the epoch token to whatever patch it wraps.
+type presenting struct {
+	client.Patch
+	epoch int64
+}
+
+func (p presenting) Data(obj client.Object) ([]byte, error) {
+	data, err := p.Patch.Data(obj)
+	if err != nil {
+		return nil, err
+	}
+	token := strconv.FormatInt(p.epoch, 10)
+	switch p.Type() {
+	case types.MergePatchType, types.StrategicMergePatchType:
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("adding the epoch to the patch: %w", err)
+		}
+		if m == nil {
+			m = map[string]any{}
+		}
+		meta, _ := m["metadata"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+			m["metadata"] = meta
+		}
+		ann, _ := meta["annotations"].(map[string]any)
+		if ann == nil {
+			ann = map[string]any{}
+			meta["annotations"] = ann
+		}
+		ann[fkv1.AnnotationEpoch] = token
+		return json.Marshal(m)
+	case types.JSONPatchType:
+		var ops []map[string]any
+		if err := json.Unmarshal(data, &ops); err != nil {
+			return nil, fmt.Errorf("adding the epoch to the patch: %w", err)
+		}
+		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations/" + strings.ReplaceAll(fkv1.AnnotationEpoch, "/", "~1"), "value": token})
+		return json.Marshal(ops)
+	}
+	// Apply patches send the whole (stamped) object.
+	return data, nil
 }
