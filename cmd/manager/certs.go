@@ -14,9 +14,9 @@ import (
 // for itself (cert-controller): a CA and serving certificate in a Secret,
 // rotated before expiry, with the CA injected into the webhook configuration.
 type certOptions struct {
-	enabled                           bool
+	enabled                                   bool
 	namespace, secret, service, webhookConfig string
-	certDir                           string
+	certDir                                   string
 }
 
 // setupCertRotation adds the rotator; the returned channel closes once the

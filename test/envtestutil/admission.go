@@ -57,7 +57,7 @@ func LocalWebhook(_ *envtest.Environment, guarded []string) *envtest.WebhookInst
 	cfg.Name = "fencekeeper-fencing-local"
 	return &envtest.WebhookInstallOptions{
 		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{cfg},
-		LocalServingHost:   "127.0.0.1",
+		LocalServingHost: "127.0.0.1",
 	}
 }
 

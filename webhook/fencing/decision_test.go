@@ -85,9 +85,11 @@ func withLabel(k, v string) func(*unstructured.Unstructured) {
 // W2 holds epoch 42; 42 is also the last issued.
 var heldBy42 = LockState{Namespace: "reports", Name: "report-2026-07", Exists: true, Issued: 42, HeldEpoch: 42, Holder: "W2"}
 
-func update(old, obj *unstructured.Unstructured) Request { return Request{Op: Update, Old: old, New: obj} }
-func create(obj *unstructured.Unstructured) Request      { return Request{Op: Create, New: obj} }
-func del(old *unstructured.Unstructured) Request         { return Request{Op: Delete, Old: old} }
+func update(old, obj *unstructured.Unstructured) Request {
+	return Request{Op: Update, Old: old, New: obj}
+}
+func create(obj *unstructured.Unstructured) Request { return Request{Op: Create, New: obj} }
+func del(old *unstructured.Unstructured) Request    { return Request{Op: Delete, Old: old} }
 
 func TestDecide(t *testing.T) {
 	free := heldBy42
