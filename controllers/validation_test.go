@@ -3,7 +3,11 @@ package controllers_test
 import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
 var _ = Describe("FencedLease validation by the apiserver", func() {
@@ -43,5 +47,21 @@ var _ = Describe("FencedLease validation by the apiserver", func() {
 		err = k8s.Update(ctx, c)
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("holderIdentity is immutable"))
+	})
+
+	It("keeps the TTL of a claim immutable, including a Held one, whatever the write", func() {
+		m := startManager(0)
+		DeferCleanup(m.Stop)
+		c := createClaim(ns, "ttl", "report-ttl", "W1", 60)
+		eventuallyPhase(ns, "ttl", fkv1.PhaseHeld)
+		c = getClaim(ns, "ttl")
+		c.Spec.LeaseDurationSeconds = ptr.To(int32(1))
+		err := k8s.Update(ctx, c)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("leaseDurationSeconds is immutable"))
+		err = k8s.Patch(ctx, getClaim(ns, "ttl"), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"leaseDurationSeconds":null}}`)))
+		Expect(err).To(HaveOccurred(), "removing the field would default it to 15")
+		Expect(*getClaim(ns, "ttl").Spec.LeaseDurationSeconds).To(Equal(int32(60)))
+		Expect(getClaim(ns, "ttl").Status.Phase).To(Equal(fkv1.PhaseHeld))
 	})
 })

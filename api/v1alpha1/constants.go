@@ -19,6 +19,9 @@ const (
 	ReasonReleased     = "Released"
 	ReasonSuperseded   = "Superseded"
 	ReasonLockConflict = "LockConflict"
+	// ReasonEpochsExhausted: the lock issued the largest epoch there is
+	// (2^63-1) and never grants again; use another lock name.
+	ReasonEpochsExhausted = "EpochsExhausted"
 )
 
 // Labels, annotations and finalizers of the backing Lease.

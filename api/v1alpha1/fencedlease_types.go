@@ -45,6 +45,7 @@ type FencedLeaseSpec struct {
 	// +kubebuilder:default=15
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="leaseDurationSeconds is immutable: the TTL in force is the one recorded at grant; create a new claim for another TTL"
 	LeaseDurationSeconds *int32 `json:"leaseDurationSeconds,omitempty"`
 }
 

@@ -69,7 +69,11 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 		lease = written
 	}
 
-	in := statusInputs{lease: lease, ledger: fkv1.ReadLedger(lease, lock.Name)}
+	in := statusInputs{lease: lease, ledger: fkv1.ReadLedger(lease, lock.Name), exhausted: a.exhausted}
+	if a.exhausted {
+		epochsExhausted.Inc()
+		log.FromContext(ctx).Error(nil, "the lock issued the largest epoch there is; its waiters are never granted", "epoch", a.epoch)
+	}
 	if a.end == holderExpired {
 		in.expiredUID = string(a.endedUID)
 	}

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"math"
 	"sort"
 	"time"
 
@@ -91,6 +92,9 @@ type action struct {
 	leaseDuration int32
 	// requeueAfter is when the holder expires if no renewal is observed.
 	requeueAfter time.Duration
+	// exhausted is true when a waiter could not be granted because the
+	// lock's last epoch is the largest there is.
+	exhausted bool
 }
 
 // decide computes what one reconcile of a lock does. It never issues an epoch
@@ -122,7 +126,14 @@ func decide(s snapshot) action {
 		case holder.Status.Phase == fkv1.PhaseExpired:
 			a.end = holderGaveUp
 		default:
-			ttl := holder.LeaseDuration()
+			// The TTL in force is the one the Lease recorded at grant.
+			a.leaseDuration = s.ledger.LeaseDurationSeconds
+			if a.leaseDuration < 1 {
+				// A Lease that lost its TTL: the holder's claim says, and the
+				// Lease is repaired.
+				a.leaseDuration, repair = holder.LeaseDurationSeconds(), true
+			}
+			ttl := time.Duration(a.leaseDuration) * time.Second
 			left := ttl // a live pod renews its lease by being live
 			if s.holderPod != pods.Live {
 				left = s.renewSeenAt.Add(ttl).Sub(s.now)
@@ -131,8 +142,6 @@ func decide(s snapshot) action {
 				a.end = holderExpired
 			} else {
 				a.holder, a.requeueAfter = holder, left
-				a.leaseDuration = holder.LeaseDurationSeconds()
-				repair = repair || s.ledger.LeaseDurationSeconds != a.leaseDuration
 			}
 		}
 		if a.end != holderContinues {
@@ -142,7 +151,11 @@ func decide(s snapshot) action {
 
 	if a.holder == nil {
 		// The ended holder is never a waiter: grantable skips the Lease's holder.
-		if next := nextWaiter(s.claims, s.ledger); next != nil {
+		if next := nextWaiter(s.claims, s.ledger); next != nil && issued == math.MaxInt64 {
+			// Every epoch has been issued: granting would wrap. Nobody is
+			// granted again; the waiters are told why.
+			a.exhausted = true
+		} else if next != nil {
 			a.kind, a.holder, a.epoch = actGrant, next, issued+1
 			a.leaseDuration, a.requeueAfter = next.LeaseDurationSeconds(), next.LeaseDuration()
 			return a

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -45,6 +46,7 @@ func TestDecide(t *testing.T) {
 		epoch      int64
 		end        holderEnd
 		repaired   bool
+		exhausted  bool
 		requeueMin time.Duration
 	}{
 		{name: "holder renewed recently keeps the lock; nothing written",
@@ -87,10 +89,26 @@ func TestDecide(t *testing.T) {
 		{name: "ties in creationTimestamp go by name",
 			snap: snapshot{ledger: fkv1.Ledger{EpochValid: true}, claims: []*fkv1.FencedLease{claim("b", 1, "", 0), claim("a", 1, "", 0)}, now: t0},
 			kind: actGrant, holder: "a", epoch: 1},
-		{name: "TTL changed on the holder claim is copied to the Lease",
-			snap: snapshot{ledger: func() fkv1.Ledger { l := held(41, "w1"); l.LeaseDurationSeconds = 15; return l }(),
+		{name: "the TTL in force is the one the Lease recorded at grant, not the claim's",
+			snap: snapshot{ledger: func() fkv1.Ledger { l := held(41, "w1"); l.LeaseDurationSeconds = 60; return l }(),
+				claims: []*fkv1.FencedLease{w1, w2}, renewSeenAt: t0, now: t0.Add(45 * time.Second)},
+			kind: actKeep, holder: "w1", epoch: 41, requeueMin: 15 * time.Second},
+		{name: "a holder whose Lease TTL is shorter than its claim's expires on the Lease's",
+			snap: snapshot{ledger: func() fkv1.Ledger { l := held(41, "w1"); l.LeaseDurationSeconds = 10; return l }(),
+				claims: []*fkv1.FencedLease{w1, w2}, renewSeenAt: t0, now: t0.Add(10 * time.Second)},
+			kind: actGrant, holder: "w2", epoch: 42, end: holderExpired},
+		{name: "a Lease that lost its TTL is repaired from the holder's claim",
+			snap: snapshot{ledger: func() fkv1.Ledger { l := held(41, "w1"); l.LeaseDurationSeconds = 0; return l }(),
 				claims: []*fkv1.FencedLease{w1}, renewSeenAt: t0, now: t0},
 			kind: actRepair, holder: "w1", epoch: 41},
+
+		// The epoch counter never wraps.
+		{name: "a lock at the largest epoch grants nobody and says why",
+			snap: snapshot{ledger: free(math.MaxInt64), claims: []*fkv1.FencedLease{w2}, now: t0},
+			kind: actKeep, epoch: math.MaxInt64, exhausted: true},
+		{name: "a holder at the largest epoch keeps it; when it ends, the lock is freed, not wrapped",
+			snap: snapshot{ledger: held(math.MaxInt64, "w1"), claims: []*fkv1.FencedLease{w2}, renewSeenAt: t0, now: t0},
+			kind: actFree, epoch: math.MaxInt64, end: holderReleased, exhausted: true},
 		{name: "an idle lock (no claims, nobody holds) does nothing",
 			snap: snapshot{ledger: free(41), hasLease: true, now: t0},
 			kind: actIdle, epoch: 0},
@@ -142,6 +160,9 @@ func TestDecide(t *testing.T) {
 			}
 			if a.repaired != tc.repaired {
 				t.Errorf("repaired = %v, want %v", a.repaired, tc.repaired)
+			}
+			if a.exhausted != tc.exhausted {
+				t.Errorf("exhausted = %v, want %v", a.exhausted, tc.exhausted)
 			}
 			if a.requeueAfter < tc.requeueMin {
 				t.Errorf("requeueAfter = %v, want >= %v", a.requeueAfter, tc.requeueMin)

@@ -22,6 +22,8 @@ type statusInputs struct {
 	// expiredUID is the holder this reconcile expired (reason Expired rather
 	// than Superseded).
 	expiredUID string
+	// exhausted: the lock's epochs are used up; waiters are never granted.
+	exhausted bool
 }
 
 // desiredStatus computes a claim's status. It only changes what a phase
@@ -83,10 +85,14 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		}
 		st.Phase = fkv1.PhasePending
 		st.LeaseName = lockName
-		if in.foreign != "" {
+		switch {
+		case in.foreign != "":
 			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonLockConflict, in.foreign)
 			setCondition(&st, fkv1.ConditionLockConflict, metav1.ConditionTrue, fkv1.ReasonLockConflict, in.foreign)
-		} else {
+		case in.exhausted:
+			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonEpochsExhausted,
+				fmt.Sprintf("Lock %s has issued its last possible epoch (%d) and will never be granted again: use another lock name", lockName, in.ledger.Epoch))
+		default:
 			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonQueued,
 				fmt.Sprintf("Waiting in the queue of lock %s", lockName))
 			meta.RemoveStatusCondition(&st.Conditions, fkv1.ConditionLockConflict)
