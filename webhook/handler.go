@@ -98,6 +98,9 @@ func (h *FencingHandler) handle(ctx context.Context, req admission.Request) (adm
 	}
 
 	state := fencing.LockState{Namespace: req.Namespace, Name: lockName}
+	if r.Op == fencing.Delete && lockName == "" {
+		return admission.Allowed("an empty lock label never fenced this object"), string(fkv1.AdmissionMetadataOnly)
+	}
 	if epoch, need := fencing.NeedsLock(r); need && lockName != "" {
 		if state, err = h.lockState(ctx, types.NamespacedName{Namespace: req.Namespace, Name: lockName}, epoch); err != nil {
 			// Fail closed: without the authority's word nothing is written.
@@ -124,6 +127,10 @@ func consume(raw []byte, obj *unstructured.Unstructured, d fencing.Decision) adm
 	ann := out.GetAnnotations()
 	delete(ann, fkv1.AnnotationEpoch)
 	ann[fkv1.AnnotationFencedEpoch] = fkv1.FormatEpoch(d.Watermark)
+	if m, ok := ann[fkv1.AnnotationDeleteEpoch]; ok && m != fkv1.FormatEpoch(d.Watermark) {
+		// A mark by an earlier epoch must not outlive a newer write.
+		delete(ann, fkv1.AnnotationDeleteEpoch)
+	}
 	out.SetAnnotations(ann)
 	modified, err := json.Marshal(out.Object)
 	if err != nil {

@@ -141,6 +141,7 @@ const (
 	AdmissionDeleteNotMarked    AdmissionReason = "DeleteNotMarked"
 	AdmissionNamespaceDeletion  AdmissionReason = "NamespaceTerminating"
 	AdmissionGarbageCollection  AdmissionReason = "GarbageCollection"
+	AdmissionInvalidDeleteMark  AdmissionReason = "InvalidDeleteMark"
 )
 
 // CauseType is the details.causes[].type a denial with this reason carries.

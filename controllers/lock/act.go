@@ -49,6 +49,12 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 
 	lease := g.lease
 	if a.kind.writesLease() {
+		if a.kind != actRepair {
+			// The holder changes: the webhook must not trust the old view
+			// (or a cache still showing it) once the write may have committed,
+			// even if its reply is lost.
+			r.views.set(lock, View{})
+		}
 		written, err := r.writeLease(ctx, lock, g, a)
 		switch {
 		case apierrors.IsAlreadyExists(err):

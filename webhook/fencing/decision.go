@@ -118,22 +118,44 @@ func LockName(old, obj *unstructured.Unstructured) (string, bool) {
 
 // Presented returns the epoch token this request presents, if any. The
 // stored object never carries a token (admission consumes it), so a token on
-// the new object was sent with this request. One exception: an object
-// written before tokens were consumed (or given one back by another mutating
-// webhook) stores a token, and a token equal to it cannot be told from one
-// the request merely inherited; such a token is inherited, and is accepted
-// only as the lock's current epoch.
-func Presented(r Request) (raw string, ok, inherited bool) {
+// the new object was sent with this request. Objects written before tokens
+// were consumed (or given one back by another mutating webhook) store one; a
+// token equal to that stored one cannot be told from one the request merely
+// inherited, so it is not presented.
+func Presented(r Request) (raw string, ok bool) {
 	if r.New == nil {
-		return "", false, false
+		return "", false
 	}
 	raw, ok = r.New.GetAnnotations()[fkv1.AnnotationEpoch]
 	if ok && r.Old != nil {
 		if stored, had := r.Old.GetAnnotations()[fkv1.AnnotationEpoch]; had && stored == raw {
-			inherited = true
+			return "", false
 		}
 	}
-	return raw, ok, inherited
+	return raw, ok
+}
+
+// legacyConversion reports whether an update only renames a stored token
+// (objects written before tokens were consumed) into the watermark:
+// fencekeeper.io/epoch N removed, fencekeeper.io/fenced-epoch N added,
+// nothing else changed. It moves no watermark, so it needs no epoch.
+func legacyConversion(r Request) bool {
+	if r.Op != Update || r.Old == nil || r.New == nil {
+		return false
+	}
+	oa, na := r.Old.GetAnnotations(), r.New.GetAnnotations()
+	token, had := oa[fkv1.AnnotationEpoch]
+	_, hadWM := oa[fkv1.AnnotationFencedEpoch]
+	_, stillToken := na[fkv1.AnnotationEpoch]
+	if !had || hadWM || stillToken || na[fkv1.AnnotationFencedEpoch] != token {
+		return false
+	}
+	renamed := r.New.DeepCopy()
+	a := renamed.GetAnnotations()
+	delete(a, fkv1.AnnotationFencedEpoch)
+	a[fkv1.AnnotationEpoch] = token
+	renamed.SetAnnotations(a)
+	return !ContentChanged(r.Old, renamed)
 }
 
 // NeedsLock reports whether Decide will consult the lock state, and the
@@ -145,7 +167,7 @@ func NeedsLock(r Request) (int64, bool) {
 	if r.Op == Update && !ContentChanged(r.Old, r.New) {
 		return 0, false
 	}
-	raw, ok, _ := Presented(r)
+	raw, ok := Presented(r)
 	if !ok {
 		return 0, false
 	}
@@ -163,17 +185,27 @@ func Decide(r Request, lock LockState) Decision {
 	}
 	lockRef := lock.String()
 
-	// Rule 5: the fencing label is never empty, removed or changed.
+	// Rule 5: the fencing label is never emptied, removed or changed. Objects
+	// that already carry an empty value (older versions treated it as
+	// unfenced) may keep it or drop it.
 	newLock, labeled := r.New.GetLabels()[fkv1.LabelLock]
+	oldLock, hadLabel := "", false
+	if r.Op == Update && r.Old != nil {
+		oldLock, hadLabel = r.Old.GetLabels()[fkv1.LabelLock]
+	}
+	if hadLabel && oldLock == "" && (!labeled || newLock == "") {
+		return allow(fkv1.AdmissionMetadataOnly, 0)
+	}
 	if labeled && newLock == "" {
 		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionEmptyLockLabel, 0,
-			"the %s label must name a lock; an empty value is not allowed (remove the label only on objects that were never fenced)", fkv1.LabelLock)
+			"the %s label must name a lock; an empty value is not allowed", fkv1.LabelLock)
 	}
-	if r.Op == Update && r.Old != nil {
-		if oldLock, had := r.Old.GetLabels()[fkv1.LabelLock]; had && newLock != oldLock {
-			return deny(http.StatusUnprocessableEntity, fkv1.AdmissionLockLabelImmutable, 0,
-				"the %s label of a fenced object cannot be removed or changed (it is %q; wanted %q)", fkv1.LabelLock, oldLock, newLock)
-		}
+	if hadLabel && newLock != oldLock {
+		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionLockLabelImmutable, 0,
+			"the %s label of a fenced object cannot be removed or changed (it is %q; wanted %q)", fkv1.LabelLock, oldLock, newLock)
+	}
+	if legacyConversion(r) {
+		return allow(fkv1.AdmissionMetadataOnly, 0)
 	}
 
 	// Rule 8: metadata-only maintenance passes.
@@ -182,7 +214,7 @@ func Decide(r Request, lock LockState) Decision {
 	}
 
 	// Rule 1: a content change presents a valid epoch in this request.
-	raw, ok, inherited := Presented(r)
+	raw, ok := Presented(r)
 	if !ok {
 		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionMissingEpoch, 0,
 			"missing epoch for lock %s: every content write to an object fenced by this lock must present the writer's epoch "+
@@ -199,12 +231,9 @@ func Decide(r Request, lock LockState) Decision {
 	if err != nil {
 		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionInvalidPolicy, epoch, "%v", err)
 	}
-	if inherited {
-		policy = fkv1.FencePolicyCurrent
-	}
 
 	// Rule 2: never below the object's watermark.
-	if r.Op == Update {
+	if r.Op == Update && isFenced(r.Old) {
 		if stored := watermarkOf(r.Old); epoch < stored {
 			return deny(http.StatusConflict, fkv1.AdmissionStaleEpoch, epoch,
 				"stale epoch %d for lock %s: object already accepted epoch %d (%s)", epoch, lockRef, stored, lock.holderText())
@@ -225,6 +254,12 @@ func Decide(r Request, lock LockState) Decision {
 	if policy == fkv1.FencePolicyCurrent && epoch != lock.HeldEpoch {
 		return deny(http.StatusConflict, fkv1.AdmissionNotCurrentEpoch, epoch,
 			"stale epoch %d for lock %s: it is not the lock's current epoch (%s)", epoch, lockRef, lock.holderText())
+	}
+	// A deletion mark names the epoch that writes it.
+	if m, set := r.New.GetAnnotations()[fkv1.AnnotationDeleteEpoch]; set && m != fkv1.FormatEpoch(epoch) &&
+		(r.Old == nil || r.Old.GetAnnotations()[fkv1.AnnotationDeleteEpoch] != m) {
+		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionInvalidDeleteMark, epoch,
+			"%s must be the epoch this write presents (%d), not %q", fkv1.AnnotationDeleteEpoch, epoch, m)
 	}
 	d := allow(fkv1.AdmissionEpochAccepted, epoch)
 	d.Watermark = epoch
@@ -274,7 +309,9 @@ func effectivePolicy(r Request) (string, error) {
 	if np, set := r.New.GetAnnotations()[fkv1.AnnotationFencePolicy]; set && np != fkv1.FencePolicyCurrent && np != fkv1.FencePolicyMonotonic {
 		return "", fmt.Errorf("invalid %s %q: use %q or %q", fkv1.AnnotationFencePolicy, np, fkv1.FencePolicyCurrent, fkv1.FencePolicyMonotonic)
 	}
-	if r.Op == Create || r.Old == nil {
+	if r.Op == Create || r.Old == nil || !isFenced(r.Old) {
+		// Fencing an object (creating it, or adding the label) is checked as
+		// current: its unfenced past says nothing.
 		return fkv1.FencePolicyCurrent, nil
 	}
 	return policyOf(r.Old)
@@ -309,6 +346,11 @@ func watermarkOf(u *unstructured.Unstructured) int64 {
 	return e
 }
 
+func isFenced(u *unstructured.Unstructured) bool {
+	l, ok := u.GetLabels()[fkv1.LabelLock]
+	return ok && l != ""
+}
+
 func markOf(u *unstructured.Unstructured) int64 {
 	if u == nil {
 		return 0
@@ -327,6 +369,10 @@ func ContentChanged(old, obj *unstructured.Unstructured) bool {
 		return true
 	}
 	if !equality.Semantic.DeepEqual(content(old.Object), content(obj.Object)) {
+		return true
+	}
+	// A new owner can have the garbage collector delete the object.
+	if addsOwner(old, obj) {
 		return true
 	}
 	return !equality.Semantic.DeepEqual(fenceKeys(old.GetLabels()), fenceKeys(obj.GetLabels())) ||
@@ -353,4 +399,18 @@ func fenceKeys(m map[string]string) map[string]string {
 		}
 	}
 	return out
+}
+
+// addsOwner reports whether obj names an owner (by UID) that old does not.
+func addsOwner(old, obj *unstructured.Unstructured) bool {
+	had := map[string]bool{}
+	for _, o := range old.GetOwnerReferences() {
+		had[string(o.UID)] = true
+	}
+	for _, o := range obj.GetOwnerReferences() {
+		if !had[string(o.UID)] {
+			return true
+		}
+	}
+	return false
 }

@@ -156,12 +156,31 @@ func TestDecide(t *testing.T) {
 		{name: "removing the watermark without a token", req: update(at40, write(at40, "v10", "-", withoutAnnotation(fkv1.AnnotationFencedEpoch))), lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
 		{name: "a writer's own watermark is replaced by the presented epoch", req: update(at40, write(at40, "v11", "42", withAnnotation(fkv1.AnnotationFencedEpoch, "99"))), lock: heldBy42, allow: true, watermark: 42},
 
-		// Objects stored before tokens were consumed carry a token; inheriting it passes only as the current epoch.
-		{name: "legacy object: inherited current token", req: update(stored("v12", "-", withAnnotation(fkv1.AnnotationEpoch, "42")), write(stored("v12", "-", withAnnotation(fkv1.AnnotationEpoch, "42")), "v13", "-")), lock: heldBy42, allow: true, watermark: 42},
-		{name: "legacy object: inherited stale token is refused even under monotonic",
-			req:  update(stored("v12", "-", monotonic, withAnnotation(fkv1.AnnotationEpoch, "41")), write(stored("v12", "-", monotonic, withAnnotation(fkv1.AnnotationEpoch, "41")), "v13", "-")),
-			lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch},
+		// Objects stored before tokens were consumed carry a token: it is never presented by inheritance.
+		{name: "legacy object: an inherited (even current) token is not presented", req: update(stored("v12", "-", withAnnotation(fkv1.AnnotationEpoch, "42")), write(stored("v12", "-", withAnnotation(fkv1.AnnotationEpoch, "42")), "v13", "-")), lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
+		{name: "legacy object: a stale MergeFrom whose diff drops the token is refused",
+			req:  update(stored("v12", "-", withAnnotation(fkv1.AnnotationEpoch, "42")), write(stored("v12", "-", withAnnotation(fkv1.AnnotationEpoch, "42")), "v11 by W1", "-")),
+			lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
 		{name: "legacy object: its stored token is the watermark", req: update(stored("v12", "-", withAnnotation(fkv1.AnnotationEpoch, "42")), write(stored("v12", "-", withAnnotation(fkv1.AnnotationEpoch, "42")), "v11", "41")), lock: heldBy42, reason: fkv1.AdmissionStaleEpoch},
+		{name: "legacy object: renaming the token into the watermark, nothing else, is metadata-only",
+			req: update(stored("v12", "-", withAnnotation(fkv1.AnnotationEpoch, "41")), stored("v12", "41")), lock: heldBy42, allow: true, reason: fkv1.AdmissionMetadataOnly},
+		{name: "legacy object: a rename that also changes data needs an epoch",
+			req: update(stored("v12", "-", withAnnotation(fkv1.AnnotationEpoch, "41")), stored("v13", "41")), lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
+
+		// Review findings: owners, late fencing, empty labels, delete marks.
+		{name: "adding an owner (the garbage collector could delete it) needs an epoch",
+			req: update(at42, write(at42, "v12", "-", func(u *unstructured.Unstructured) {
+				u.Object["metadata"].(map[string]any)["ownerReferences"] = []any{map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": "ghost", "uid": "ghost-uid"}}
+			})), lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
+		{name: "fencing an unfenced object is checked as current, whatever its old annotations say",
+			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>"), monotonic), write(stored("v1", "-", monotonic), "stale by W1", "41")),
+			lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch},
+		{name: "an object that already has an empty label may keep it for metadata writes",
+			req: update(stored("v1", "-", withLabel(lockLabel, "")), write(stored("v1", "-", withLabel(lockLabel, "")), "v1", "-", withAnnotation("note", "x"))), lock: heldBy42, allow: true},
+		{name: "an object that already has an empty label may drop it",
+			req: update(stored("v1", "-", withLabel(lockLabel, "")), write(stored("v1", "-", withLabel(lockLabel, "<none>")), "v1", "-")), lock: heldBy42, allow: true},
+		{name: "a deletion mark must be the presented epoch",
+			req: update(at42, write(at42, "v12", "42", withAnnotation(fkv1.AnnotationDeleteEpoch, "43"))), lock: heldBy42, reason: fkv1.AdmissionInvalidDeleteMark, code: 422},
 
 		// Rule 6: DELETE is fenced.
 		{name: "delete of an unmarked object", req: del(at42), lock: heldBy42, reason: fkv1.AdmissionDeleteNotMarked, code: 403, msg: "first writes annotation fencekeeper.io/delete-epoch"},

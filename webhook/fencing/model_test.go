@@ -3,6 +3,7 @@ package fencing
 import (
 	"math/big"
 	"regexp"
+	"strconv"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -94,6 +95,11 @@ func model(in modelInput) (bool, fkv1.AdmissionReason) {
 	monotonic := in.op == Update && in.storedPolicy == "monotonic"
 	if !monotonic && e != in.held {
 		return false, fkv1.AdmissionNotCurrentEpoch
+	}
+	// A deletion mark a write sets names that write's epoch (an update's
+	// mark here is the stored one, unchanged).
+	if in.op == Create && in.deleteMark != "" && in.deleteMark != strconv.FormatInt(e, 10) {
+		return false, fkv1.AdmissionInvalidDeleteMark
 	}
 	return true, fkv1.AdmissionEpochAccepted
 }
