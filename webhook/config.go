@@ -11,8 +11,12 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
-// FencingWebhookName is the name of the webhook and of its configuration.
+// FencingWebhookName is the name of the webhook for fenced objects.
 const FencingWebhookName = "fenced.fencekeeper.io"
+
+// ScaleWebhookName is the name of the webhook for the scale subresource of
+// guarded kinds.
+const ScaleWebhookName = "fenced-scale.fencekeeper.io"
 
 // DefaultGuardedResources are fenced when nothing else is configured.
 var DefaultGuardedResources = []string{"configmaps"}
@@ -96,6 +100,12 @@ func FencingWebhookConfiguration(o ConfigOptions) *admissionregistrationv1.Mutat
 			},
 		})
 	}
+	var scaleRules []admissionregistrationv1.RuleWithOperations
+	for _, r := range rules {
+		r.Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
+		r.Resources = []string{r.Resources[0] + "/scale"}
+		scaleRules = append(scaleRules, r)
+	}
 	cc := o.ClientConfig
 	if cc.Service != nil && cc.Service.Path == nil {
 		cc.Service.Path = ptr.To(FencingPath)
@@ -116,9 +126,28 @@ func FencingWebhookConfiguration(o ConfigOptions) *admissionregistrationv1.Mutat
 			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 				Key: fkv1.LabelLock, Operator: metav1.LabelSelectorOpExists,
 			}}},
-			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: o.ExcludedNamespaces,
-			}}},
+			NamespaceSelector: excluded(o.ExcludedNamespaces),
+		}, {
+			// The scale subresource's objects (autoscaling/v1 Scale) carry no
+			// labels, so no objectSelector can pick the fenced ones: every
+			// scale of a guarded kind is sent, and the handler reads the
+			// object to see whether it is fenced.
+			Name:                    ScaleWebhookName,
+			ClientConfig:            cc,
+			Rules:                   scaleRules,
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(timeout),
+			AdmissionReviewVersions: []string{"v1"},
+			NamespaceSelector:       excluded(o.ExcludedNamespaces),
 		}},
 	}
+}
+
+func excluded(namespaces []string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: namespaces,
+	}}}
 }

@@ -11,8 +11,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -52,6 +54,8 @@ type FencingHandler struct {
 	// Authority, when this process runs the lock authority, shows the cache
 	// fresh; without it every check of a presented epoch reads live.
 	Authority Authority
+	// Mapper finds the kind behind a scaled resource.
+	Mapper meta.RESTMapper
 }
 
 var _ admission.Handler = &FencingHandler{}
@@ -66,6 +70,9 @@ func (h *FencingHandler) Handle(ctx context.Context, req admission.Request) admi
 }
 
 func (h *FencingHandler) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	if req.SubResource == "scale" {
+		return h.handleScale(ctx, req)
+	}
 	r := fencing.Request{Op: fencing.Operation(req.Operation)}
 	var err error
 	switch req.Operation {
@@ -97,6 +104,12 @@ func (h *FencingHandler) handle(ctx context.Context, req admission.Request) (adm
 		}
 	}
 
+	return h.decide(ctx, req, r, lockName)
+}
+
+// decide looks up the lock when the rules need it and applies them.
+func (h *FencingHandler) decide(ctx context.Context, req admission.Request, r fencing.Request, lockName string) (admission.Response, string) {
+	var err error
 	state := fencing.LockState{Namespace: req.Namespace, Name: lockName}
 	if r.Op == fencing.Delete && lockName == "" {
 		return admission.Allowed("an empty lock label never fenced this object"), string(fkv1.AdmissionMetadataOnly)
@@ -114,10 +127,63 @@ func (h *FencingHandler) handle(ctx context.Context, req admission.Request) (adm
 			"namespace", req.Namespace, "name", req.Name, "user", req.UserInfo.Username, "lock", lockName, "reason", d.Reason, "epoch", d.Epoch)
 		return denied(d), string(d.Reason)
 	}
-	if d.Watermark == 0 {
+	if d.Watermark == 0 || req.SubResource != "" {
 		return admission.Allowed(string(d.Reason)), string(d.Reason)
 	}
 	return consume(req.Object.Raw, r.New, d), string(d.Reason)
+}
+
+// handleScale checks a write to the scale subresource of a guarded kind like
+// a content write of the object itself: the Scale carries no labels, so the
+// object is read live (scale writes are rare) to see whether it is fenced,
+// and the epoch is presented in the Scale's own annotations. The watermark
+// does not move (a Scale write cannot change the object's annotations).
+func (h *FencingHandler) handleScale(ctx context.Context, req admission.Request) (admission.Response, string) {
+	if req.Operation != admissionv1.Update {
+		return admission.Allowed("fencekeeper checks only UPDATE of scale"), "OperationNotChecked"
+	}
+	scaleNew, err := decode(req.Object.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err), "DecodeError"
+	}
+	scaleOld, err := decode(req.OldObject.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err), "DecodeError"
+	}
+	if h.Mapper == nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("no REST mapper to read the scaled object")), "LockReadError"
+	}
+	gvk, err := h.Mapper.KindFor(schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource})
+	if err != nil {
+		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("mapping %s: %w", req.Resource.Resource, err)), "LockReadError"
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gvk)
+	if err := h.APIReader.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: req.Name}, obj); err != nil {
+		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading %s %s/%s: %w", gvk.Kind, req.Namespace, req.Name, err)), "LockReadError"
+	}
+	lockName, fenced := fencing.LockName(obj, nil)
+	if !fenced {
+		return admission.Allowed("not fenced"), "NotFenced"
+	}
+	// The object as the scale write leaves it: a content change when the
+	// replicas change, presenting the Scale's token.
+	newObj := obj.DeepCopy()
+	oldReplicas, _, _ := unstructured.NestedInt64(scaleOld.Object, "spec", "replicas")
+	newReplicas, _, _ := unstructured.NestedInt64(scaleNew.Object, "spec", "replicas")
+	if oldReplicas != newReplicas {
+		newObj.Object["fencekeeper.io/scale"] = newReplicas
+	}
+	ann := newObj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	delete(ann, fkv1.AnnotationEpoch)
+	if token, ok := scaleNew.GetAnnotations()[fkv1.AnnotationEpoch]; ok {
+		ann[fkv1.AnnotationEpoch] = token
+	}
+	newObj.SetAnnotations(ann)
+	return h.decide(ctx, req, fencing.Request{Op: fencing.Update, Old: obj, New: newObj}, lockName)
 }
 
 // consume rewrites an accepted content write: the token is removed and the

@@ -15,5 +15,6 @@ func SetupWithManager(mgr ctrl.Manager, authority Authority) {
 		Cache:     mgr.GetCache(),
 		APIReader: mgr.GetAPIReader(),
 		Authority: authority,
+		Mapper:    mgr.GetRESTMapper(),
 	}})
 }

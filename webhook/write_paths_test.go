@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -179,11 +180,13 @@ data: {report.csv: %q}
 		Expect(err.Error()).To(ContainSubstring("stale delete for lock " + ns + "/" + lock))
 		Expect(configMapData(ns, lock)).To(Equal("v11 by W1"))
 
-		By("after W2 writes, W1's mark is below the watermark: still refused, saying how to delete")
+		By("W2's next write drops W1's mark: the delete is refused, saying how to delete")
 		Expect(publish(ns, lock, w2.Status.Epoch, "v12 by W2")).To(Succeed())
+		var cm corev1.ConfigMap
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: lock}, &cm)).To(Succeed())
+		Expect(cm.Annotations).NotTo(HaveKey(fkv1.AnnotationDeleteEpoch))
 		err = k8s.Delete(ctx, cmRef(ns, lock))
-		Expect(apierrors.IsConflict(err)).To(BeTrue(), "%v", err)
-		Expect(err.Error()).To(ContainSubstring("has since accepted epoch %d", w2.Status.Epoch))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring(fkv1.AnnotationDeleteEpoch))
 
 		By("an object never marked is refused as such")
@@ -208,6 +211,42 @@ data: {report.csv: %q}
 			map[string]string{fkv1.AnnotationFencePolicy: fkv1.FencePolicyMonotonic}))
 		Expect(apierrors.IsConflict(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring("it is not the lock's current epoch"))
+	})
+
+	It("fences the scale subresource of a guarded kind: refused without an epoch or with a stale one, accepted with the current one", func() {
+		report := newReport(ns, "scaled", lock, w1.Status.Epoch, "v1")
+		Expect(unstructured.SetNestedField(report.Object, int64(1), "spec", "replicas")).To(Succeed())
+		Expect(k8s.Create(ctx, report)).To(Succeed())
+		replicas := func() int64 {
+			n, _, _ := unstructured.NestedInt64(getReport(ns, "scaled").Object, "spec", "replicas")
+			return n
+		}
+		scale := func(body string) error {
+			return k8s.SubResource("scale").Patch(ctx, emptyReport(client.ObjectKeyFromObject(report)), client.RawPatch(types.MergePatchType, []byte(body)))
+		}
+		By("kubectl scale presents no epoch")
+		out, err := kubectl(kubeconfig, "-n", ns, "scale", "reports.reports.example.com/scaled", "--replicas=3")
+		Expect(err).To(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("missing epoch"))
+		Expect(replicas()).To(Equal(int64(1)))
+
+		By("the current holder scales, presenting its epoch on the Scale")
+		Expect(scale(fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"}},"spec":{"replicas":2}}`, fkv1.AnnotationEpoch, w1.Status.Epoch))).To(Succeed())
+		Expect(replicas()).To(Equal(int64(2)))
+
+		By("after the handover, the old holder's scale is refused")
+		handOver()
+		err = scale(fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"}},"spec":{"replicas":5}}`, fkv1.AnnotationEpoch, w1.Status.Epoch))
+		Expect(lease.IsStaleEpoch(err)).To(BeTrue(), "%v", err)
+		Expect(replicas()).To(Equal(int64(2)))
+		Expect(scale(fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"}},"spec":{"replicas":4}}`, fkv1.AnnotationEpoch, w2.Status.Epoch))).To(Succeed())
+		Expect(replicas()).To(Equal(int64(4)))
+
+		By("unfenced objects of the kind scale without an epoch")
+		plain := newReport(ns, "plain", lock, 0, "v1")
+		plain.SetLabels(nil)
+		Expect(k8s.Create(ctx, plain)).To(Succeed())
+		Expect(k8s.SubResource("scale").Patch(ctx, emptyReport(client.ObjectKeyFromObject(plain)), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":3}}`)))).To(Succeed())
 	})
 
 	It("refuses an empty fencing label instead of treating the object as unfenced", func() {

@@ -116,10 +116,18 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Expect(chart["CustomResourceDefinition/fencedleases.fencekeeper.io"]["spec"]).To(Equal(config["CustomResourceDefinition/fencedleases.fencekeeper.io"]["spec"]))
 		Expect(chart["ClusterRole/fencekeeper-manager"]["rules"]).To(Equal(config["ClusterRole/fencekeeper-manager"]["rules"]))
 		Expect(chart["Role/fencekeeper-manager"]["rules"]).To(Equal(config["Role/fencekeeper-manager"]["rules"]))
-		cw := chart["MutatingWebhookConfiguration/fencekeeper-fencing"]["webhooks"].([]any)[0].(map[string]any)
-		kw := config["MutatingWebhookConfiguration/fencekeeper-fencing"]["webhooks"].([]any)[0].(map[string]any)
-		for _, k := range []string{"rules", "objectSelector", "namespaceSelector", "failurePolicy", "sideEffects", "timeoutSeconds", "matchPolicy"} {
-			Expect(cw[k]).To(Equal(kw[k]), k)
+		cws := chart["MutatingWebhookConfiguration/fencekeeper-fencing"]["webhooks"].([]any)
+		kws := config["MutatingWebhookConfiguration/fencekeeper-fencing"]["webhooks"].([]any)
+		Expect(cws).To(HaveLen(len(kws)))
+		for i := range kws {
+			cw, kw := cws[i].(map[string]any), kws[i].(map[string]any)
+			for _, k := range []string{"name", "rules", "objectSelector", "namespaceSelector", "failurePolicy", "reinvocationPolicy", "sideEffects", "timeoutSeconds", "matchPolicy"} {
+				if kw[k] == nil {
+					Expect(cw[k]).To(BeNil(), "webhook %d: %s", i, k)
+					continue
+				}
+				Expect(cw[k]).To(Equal(kw[k]), "webhook %d: %s", i, k)
+			}
 		}
 		Expect(chart["ValidatingAdmissionPolicy/fencekeeper-managed-lease-guard"]["spec"]).To(Equal(config["ValidatingAdmissionPolicy/fencekeeper-managed-lease-guard"]["spec"]))
 	})
