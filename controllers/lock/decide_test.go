@@ -228,3 +228,25 @@ type fakeClock struct{ now time.Time }
 
 func (f *fakeClock) Now() time.Time                  { return f.now }
 func (f *fakeClock) Since(t time.Time) time.Duration { return f.now.Sub(t) }
+
+func TestFreshViewLapsesOnTheAuthoritysClock(t *testing.T) {
+	fc := &fakeClock{now: t0}
+	r := NewReconciler(nil, nil, nil, Options{Clock: fc})
+	lock := types.NamespacedName{Namespace: "reports", Name: "report-2026-07"}
+	if _, ok := r.FreshView(lock); ok {
+		t.Fatal("a lock never decided on is vouched for")
+	}
+	r.views.set(lock, View{HeldEpoch: 41, Floor: 41, deadline: t0.Add(30 * time.Second)})
+	fc.now = t0.Add(29 * time.Second)
+	if v, ok := r.FreshView(lock); !ok || v.HeldEpoch != 41 {
+		t.Fatalf("fresh view before the deadline: %+v %v", v, ok)
+	}
+	fc.now = t0.Add(30 * time.Second)
+	if _, ok := r.FreshView(lock); ok {
+		t.Fatal("vouched for a holder whose lease lapsed on our clock")
+	}
+	r.views.set(lock, View{})
+	if _, ok := r.FreshView(lock); ok {
+		t.Fatal("a withdrawn view is still vouched for")
+	}
+}

@@ -1,0 +1,171 @@
+package webhook_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+// Seed §22's paused coordinator, on the admission side: the manager that
+// serves the webhook is stopped (SIGSTOP) with a stale holder's stamped write
+// queued on its port, the lock is granted to the next holder meanwhile (by
+// another manager), and the resumed manager must refuse the write although
+// its cache last showed that holder as current.
+var _ = Describe("A paused webhook-serving manager", func() {
+	It("resumes with a stale, stamped write in flight and refuses it", func() {
+		ns := newNamespace()
+		lock := "report-2026-07"
+		longerWebhookTimeout(10)
+
+		By("manager B (in process) is an authority; manager A (a real process) serves the webhook and is an authority too")
+		b, err := envtestutil.StartManager(managerCfg, envtestutil.ManagerOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { Expect(b.Stop()).To(Succeed()) })
+		a := startManagerProcess()
+		DeferCleanup(a.stop)
+
+		w1 := acquire(ns, "w1", lock, "W1", 2) // W1 never renews: it expires 2 s after its grant
+		Expect(k8s.Create(ctx, fencedConfigMap(ns, lock, lock, w1.Status.Epoch, "v11 by W1", nil))).To(Succeed())
+		var before corev1.ConfigMap
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: lock}, &before)).To(Succeed())
+		w2 := &fkv1.FencedLease{}
+		*w2 = *newClaimObj(ns, "w2", lock, "W2", 300)
+		Expect(k8s.Create(ctx, w2)).To(Succeed())
+		history := watchConfigMaps(ns)
+		DeferCleanup(history.stop)
+
+		By("SIGSTOP manager A; W1's write, stamped with its epoch, queues on A's webhook port")
+		Expect(a.cmd.Process.Signal(syscall.SIGSTOP)).To(Succeed())
+		stopped := true
+		DeferCleanup(func() {
+			if stopped {
+				_ = a.cmd.Process.Signal(syscall.SIGCONT)
+			}
+		})
+		result := make(chan error, 1)
+		go func() {
+			defer GinkgoRecover()
+			stale := before.DeepCopy()
+			lease.Stamp(stale, lock, w1.Status.Epoch)
+			stale.Data = map[string]string{"report.csv": "v11' by W1"}
+			result <- k8s.Update(ctx, stale)
+		}()
+
+		By("W1's lease lapses; manager B grants W2 while A is stopped")
+		granted := waitPhase(w2, fkv1.PhaseHeld)
+		Expect(granted.Status.Epoch).To(BeNumerically(">", w1.Status.Epoch))
+		Consistently(result, 200*time.Millisecond).ShouldNot(Receive(), "the write must still be in flight on the stopped manager")
+
+		By("SIGCONT manager A: it must not admit the write on its old view")
+		Expect(a.cmd.Process.Signal(syscall.SIGCONT)).To(Succeed())
+		stopped = false
+		var werr error
+		Eventually(result, 15*time.Second).Should(Receive(&werr))
+		Expect(werr).To(HaveOccurred(), "the stale write was admitted")
+		Expect(lease.IsStaleEpoch(werr)).To(BeTrue(), "refused, as stale: %v", werr)
+		Expect(configMapData(ns, lock)).To(Equal("v11 by W1"))
+		for _, cm := range history.versions(lock) {
+			Expect(cm.Data["report.csv"]).NotTo(ContainSubstring("v11'"), "the stale write landed")
+		}
+	})
+})
+
+func newClaimObj(ns, name, lock, holder string, ttl int32) *fkv1.FencedLease {
+	c := &fkv1.FencedLease{}
+	c.Namespace, c.Name = ns, name
+	c.Spec = fkv1.FencedLeaseSpec{LockName: lock, HolderIdentity: holder, LeaseDurationSeconds: &ttl}
+	return c
+}
+
+// longerWebhookTimeout raises the fencing webhooks' timeout for one test, so
+// a paused manager answers before the apiserver gives up on it.
+func longerWebhookTimeout(seconds int32) {
+	var cfg admissionregistrationv1.MutatingWebhookConfiguration
+	Expect(k8s.Get(ctx, types.NamespacedName{Name: testEnv.WebhookInstallOptions.MutatingWebhooks[0].Name}, &cfg)).To(Succeed())
+	orig := cfg.DeepCopy()
+	for i := range cfg.Webhooks {
+		cfg.Webhooks[i].TimeoutSeconds = &seconds
+	}
+	Expect(k8s.Update(ctx, &cfg)).To(Succeed())
+	DeferCleanup(func() {
+		var now admissionregistrationv1.MutatingWebhookConfiguration
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(orig), &now)).To(Succeed())
+		now.Webhooks = orig.Webhooks
+		Expect(k8s.Update(ctx, &now)).To(Succeed())
+	})
+}
+
+type managerProcess struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+var managerBinary string
+
+// startManagerProcess builds cmd/manager once and runs it as the manager
+// identity, serving the fencing webhook where envtest registered it.
+func startManagerProcess() *managerProcess {
+	dir := GinkgoT().TempDir()
+	if managerBinary == "" {
+		bin := filepath.Join(os.TempDir(), fmt.Sprintf("fencekeeper-manager-test-%d", os.Getpid()))
+		build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
+		build.Dir = envtestutil.RepoRoot()
+		out, err := build.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), string(out))
+		managerBinary = bin
+	}
+	u, err := testEnv.AddUser(envtest.User{Name: envtestutil.ManagerUser, Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	kc, err := u.KubeConfig()
+	Expect(err).NotTo(HaveOccurred())
+	kubeconfig := filepath.Join(dir, "manager.kubeconfig")
+	Expect(os.WriteFile(kubeconfig, kc, 0o600)).To(Succeed())
+	wh := testEnv.WebhookInstallOptions
+	cmd := exec.Command(managerBinary, "--kubeconfig", kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir)
+	cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	Expect(cmd.Start()).To(Succeed())
+	p := &managerProcess{cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+
+	By("waiting until the manager process answers admission")
+	probe := fencedConfigMap("default", "probe", "probe", 1, "v1", nil)
+	delete(probe.Annotations, fkv1.AnnotationEpoch)
+	Eventually(func() string {
+		err := k8s.Create(ctx, probe, client.DryRunAll)
+		if err == nil {
+			return "admitted"
+		}
+		return err.Error()
+	}, 60*time.Second, 200*time.Millisecond).Should(ContainSubstring("missing epoch"))
+	return p
+}
+
+func (p *managerProcess) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
