@@ -87,7 +87,9 @@ type authority struct {
 	fresh       bool
 }
 
-func (a authority) FreshView(types.NamespacedName) (int64, int64, bool) { return a.held, a.floor, a.fresh }
+func (a authority) FreshView(types.NamespacedName) (int64, int64, bool) {
+	return a.held, a.floor, a.fresh
+}
 
 // pinned is a Lease cache stuck at one version.
 type pinned struct{ lease *coordinationv1.Lease }

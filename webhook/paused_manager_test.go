@@ -168,4 +168,3 @@ func (p *managerProcess) stop() {
 		<-p.done
 	}
 }
-
