@@ -27,6 +27,7 @@ import (
 // FencingPath is where the fencing webhook is served.
 const FencingPath = "/fence"
 
+
 // GarbageCollectorUsers are the identities the garbage collector deletes
 // with: its own ServiceAccount (kube-controller-manager with
 // --use-service-account-credentials) or kube-controller-manager's identity.
@@ -122,6 +123,16 @@ func (h *FencingHandler) decide(ctx context.Context, req admission.Request, r fe
 		}
 	}
 	d := fencing.Decide(r, state)
+	if epoch, need := fencing.NeedsIdentity(r, d); need {
+		bound, err := h.binding(ctx, state, epoch)
+		if err != nil {
+			return admission.Errored(http.StatusServiceUnavailable, err), "LockReadError"
+		}
+		who := fencing.Identity{User: req.UserInfo.Username, PodUID: fencing.PodUIDOf(extraOf(req.UserInfo.Extra))}
+		if id := fencing.CheckIdentity(state, epoch, who, bound); !id.Allowed {
+			d = id
+		}
+	}
 	if !d.Allowed {
 		logf.FromContext(ctx).V(1).Info("denied a fenced write", "operation", req.Operation, "kind", req.Kind.Kind,
 			"namespace", req.Namespace, "name", req.Name, "user", req.UserInfo.Username, "lock", lockName, "reason", d.Reason, "epoch", d.Epoch)
@@ -242,6 +253,32 @@ func (h *FencingHandler) vouched(key types.NamespacedName, state fencing.LockSta
 		return floor <= state.Issued
 	}
 	return fresh && held == state.HeldEpoch && floor <= state.Issued
+}
+
+// binding is the identity epoch's holder claim is bound to: the Lease's
+// record for the current epoch, the claim (from the cache) for an older one.
+func (h *FencingHandler) binding(ctx context.Context, state fencing.LockState, epoch int64) (fencing.Binding, error) {
+	if epoch == state.HeldEpoch {
+		return state.HolderBinding, nil
+	}
+	var claims fkv1.FencedLeaseList
+	if err := h.Cache.List(ctx, &claims, client.InNamespace(state.Namespace), client.MatchingFields{fkv1.IndexLockName: state.Name}); err != nil {
+		return fencing.Binding{}, fmt.Errorf("listing the claims of lock %s: %w", state, err)
+	}
+	for _, c := range claims.Items {
+		if c.Status.Epoch == epoch {
+			return fencing.Binding{User: c.Annotations[fkv1.AnnotationCreatedBy], PodUID: c.Annotations[fkv1.AnnotationCreatedByPodUID], Known: true}, nil
+		}
+	}
+	return fencing.Binding{}, nil
+}
+
+func extraOf[V ~[]string](m map[string]V) map[string][]string {
+	out := make(map[string][]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
 
 // namespaceTerminating reads the namespace live: deletes of fenced objects

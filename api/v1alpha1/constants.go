@@ -50,6 +50,20 @@ const (
 	// Lease update and the claim status patch mark that claim Expired.
 	AnnotationPreviousClaimUID = Prefix + "previous-claim-uid"
 
+	// AnnotationHolderUser and AnnotationHolderPodUID, on the Lease, are the
+	// identity the holder claim is bound to (copied from the claim at
+	// grant): a fenced write presenting the current epoch must come from it.
+	AnnotationHolderUser   = Prefix + "holder-user"
+	AnnotationHolderPodUID = Prefix + "holder-pod-uid"
+
+	// AnnotationCreatedBy and AnnotationCreatedByPodUID, on a claim, record
+	// who created it: the requesting user, and the pod a ServiceAccount
+	// token is bound to. Admission sets them on CREATE (a client's values are
+	// replaced) and refuses any change. A pod-lease claim is bound to its pod
+	// (no user).
+	AnnotationCreatedBy       = Prefix + "created-by"
+	AnnotationCreatedByPodUID = Prefix + "created-by-pod-uid"
+
 	// LeaseFinalizer keeps the backing Lease (the epoch ledger) from being
 	// deleted while claims for its lock exist.
 	LeaseFinalizer = Prefix + "lease-protection"
@@ -111,6 +125,13 @@ const (
 	// of the last accepted content write. Only admission writes it; the
 	// per-request token (AnnotationEpoch) is consumed and never stored.
 	AnnotationFencedEpoch = Prefix + "fenced-epoch"
+	// AnnotationFenceIdentity: "any" on a protected object accepts the
+	// current epoch from any identity (by default only the identity the
+	// holder claim is bound to may present it).
+	AnnotationFenceIdentity = Prefix + "fence-identity"
+	// FenceIdentityAny is the value of AnnotationFenceIdentity that opts out.
+	FenceIdentityAny = "any"
+
 	// AnnotationDeleteEpoch marks a protected object for deletion by the
 	// current holder: set it to your epoch in a fenced write, then delete.
 	// The delete passes while the mark equals the watermark (and, under
@@ -142,6 +163,7 @@ const (
 	AdmissionNamespaceDeletion  AdmissionReason = "NamespaceTerminating"
 	AdmissionGarbageCollection  AdmissionReason = "GarbageCollection"
 	AdmissionInvalidDeleteMark  AdmissionReason = "InvalidDeleteMark"
+	AdmissionIdentityMismatch   AdmissionReason = "IdentityMismatch"
 )
 
 // CauseType is the details.causes[].type a denial with this reason carries.
@@ -152,3 +174,11 @@ func (r AdmissionReason) CauseType() string { return Prefix + string(r) }
 func (r AdmissionReason) IsStaleHolder() bool {
 	return r == AdmissionStaleEpoch || r == AdmissionNotCurrentEpoch
 }
+
+// PodUIDExtra is the user-info extra key under which a ServiceAccount token
+// bound to a pod names that pod's UID.
+const PodUIDExtra = "authentication.kubernetes.io/pod-uid"
+
+// IndexLockName is the cache index of claims by spec.lockName that the lock
+// authority registers and the fencing webhook reads.
+const IndexLockName = "spec.lockName"

@@ -29,6 +29,9 @@ type Ledger struct {
 	HolderUID   types.UID
 	// HolderIdentity is the Lease's spec.holderIdentity ("" when free).
 	HolderIdentity string
+	// HolderUser and HolderPodUID are the identity the holder claim is bound
+	// to ("" for either: not bound by it).
+	HolderUser, HolderPodUID string
 	// PreviousUID is the claim that held the lock before the current one.
 	PreviousUID types.UID
 	// LeaseDurationSeconds is the TTL recorded at grant (0 when unset).
@@ -45,10 +48,12 @@ func ReadLedger(lease *coordinationv1.Lease, lockName string) Ledger {
 		return Ledger{EpochValid: true}
 	}
 	l := Ledger{
-		Exists:      IsManagedLease(lease),
-		HolderClaim: lease.Annotations[AnnotationClaim],
-		HolderUID:   types.UID(lease.Annotations[AnnotationClaimUID]),
-		PreviousUID: types.UID(lease.Annotations[AnnotationPreviousClaimUID]),
+		Exists:       IsManagedLease(lease),
+		HolderClaim:  lease.Annotations[AnnotationClaim],
+		HolderUID:    types.UID(lease.Annotations[AnnotationClaimUID]),
+		PreviousUID:  types.UID(lease.Annotations[AnnotationPreviousClaimUID]),
+		HolderUser:   lease.Annotations[AnnotationHolderUser],
+		HolderPodUID: lease.Annotations[AnnotationHolderPodUID],
 	}
 	if v, ok := lease.Annotations[AnnotationEpoch]; ok {
 		if e, err := parseCounter(v); err == nil {
@@ -93,6 +98,8 @@ func (l Ledger) ApplyTo(lease *coordinationv1.Lease, lockName string) {
 	setOrDelete(lease.Annotations, AnnotationClaim, l.HolderClaim)
 	setOrDelete(lease.Annotations, AnnotationClaimUID, string(l.HolderUID))
 	setOrDelete(lease.Annotations, AnnotationPreviousClaimUID, string(l.PreviousUID))
+	setOrDelete(lease.Annotations, AnnotationHolderUser, l.HolderUser)
+	setOrDelete(lease.Annotations, AnnotationHolderPodUID, l.HolderPodUID)
 }
 
 // IsManagedLease reports whether fencekeeper manages lease.

@@ -129,6 +129,8 @@ func leaseAfter(lock types.NamespacedName, current *coordinationv1.Lease, led fk
 			after.PreviousUID = led.HolderUID
 		}
 		after.HolderClaim, after.HolderUID = a.holder.Name, a.holder.UID
+		after.HolderUser = a.holder.Annotations[fkv1.AnnotationCreatedBy]
+		after.HolderPodUID = a.holder.Annotations[fkv1.AnnotationCreatedByPodUID]
 		l.Spec.HolderIdentity = ptr.To(a.holder.Spec.HolderIdentity)
 		l.Spec.AcquireTime = &now
 		l.Spec.RenewTime = &now
@@ -138,6 +140,7 @@ func leaseAfter(lock types.NamespacedName, current *coordinationv1.Lease, led fk
 		// Released or expired with nobody waiting: keep the epoch.
 		after.PreviousUID = led.HolderUID
 		after.HolderClaim, after.HolderUID = "", ""
+		after.HolderUser, after.HolderPodUID = "", ""
 		l.Spec.HolderIdentity = nil
 	case actRepair:
 		if a.holder != nil {

@@ -32,8 +32,8 @@ const DefaultForeignLeaseRecheck = 30 * time.Second
 // arrives as a watch event.
 const raceRetry = 50 * time.Millisecond
 
-// IndexLockName indexes FencedLeases by spec.lockName.
-const IndexLockName = "spec.lockName"
+// IndexLockName indexes FencedLeases by spec.lockName (the webhook reads it too).
+const IndexLockName = fkv1.IndexLockName
 
 // Options configure the lock authority.
 type Options struct {

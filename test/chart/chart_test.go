@@ -130,6 +130,9 @@ var _ = Describe("Helm chart", Ordered, func() {
 			}
 		}
 		Expect(chart["ValidatingAdmissionPolicy/fencekeeper-managed-lease-guard"]["spec"]).To(Equal(config["ValidatingAdmissionPolicy/fencekeeper-managed-lease-guard"]["spec"]))
+		Expect(chart["MutatingAdmissionPolicy/fencekeeper-claim-identity"]["spec"]).NotTo(BeNil())
+		Expect(chart["MutatingAdmissionPolicy/fencekeeper-claim-identity"]["spec"]).To(Equal(config["MutatingAdmissionPolicy/fencekeeper-claim-identity"]["spec"]))
+		Expect(chart["ValidatingAdmissionPolicy/fencekeeper-claim-identity-immutable"]["spec"]).To(Equal(config["ValidatingAdmissionPolicy/fencekeeper-claim-identity-immutable"]["spec"]))
 	})
 
 	It("gives the manager enough RBAC to grant, renew and admit, and no more", func() {

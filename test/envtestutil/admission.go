@@ -81,7 +81,7 @@ func localWebhookConfig(guarded []string) (*admissionregistrationv1.MutatingWebh
 // from config/policy, then waits until the policy is enforced. managerCfg is
 // the manager's identity (it removes the probe the wait uses).
 func InstallLeaseGuard(ctx context.Context, cfg, managerCfg *rest.Config, managerUser string) error {
-	c, err := client.New(cfg, client.Options{})
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
 	if err != nil {
 		return err
 	}
@@ -100,10 +100,34 @@ func InstallLeaseGuard(ctx context.Context, cfg, managerCfg *rest.Config, manage
 	if err := c.Create(ctx, params); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	if err := applyFile(ctx, c, filepath.Join(RepoRoot(), "config", "policy", "managed-lease-guard.yaml")); err != nil {
+	for _, f := range []string{"managed-lease-guard.yaml", "claim-identity.yaml"} {
+		if err := applyFile(ctx, c, filepath.Join(RepoRoot(), "config", "policy", f)); err != nil {
+			return err
+		}
+	}
+	if err := waitForPolicy(ctx, c, mc); err != nil {
 		return err
 	}
-	return waitForPolicy(ctx, c, mc)
+	return waitForClaimIdentity(ctx, c)
+}
+
+// waitForClaimIdentity waits until the apiserver records who creates a
+// claim: a dry-run create must come back with the creator's annotation.
+func waitForClaimIdentity(ctx context.Context, admin client.Client) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		probe := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ManagerNamespace, Name: "fencekeeper-policy-probe",
+			Annotations: map[string]string{fkv1.AnnotationCreatedBy: "forged"}},
+			Spec: fkv1.FencedLeaseSpec{LockName: "probe", HolderIdentity: "probe"}}
+		err := admin.Create(ctx, probe, client.DryRunAll)
+		if err == nil && probe.Annotations[fkv1.AnnotationCreatedBy] != "forged" && probe.Annotations[fkv1.AnnotationCreatedBy] != "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the claim-identity policy is not in effect after 30s (probe: %v, annotations %v)", err, probe.Annotations)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // waitForPolicy waits until the apiserver enforces the policy. Its status is

@@ -51,6 +51,8 @@ type LockState struct {
 	HeldEpoch int64
 	// Holder is the current holder's identity ("" when free).
 	Holder string
+	// HolderBinding is the identity the current holder claim is bound to.
+	HolderBinding Binding
 }
 
 // StateOf is the lock state a ledger records. A Lease that never granted, or
@@ -64,6 +66,7 @@ func StateOf(namespace, name string, l fkv1.Ledger) LockState {
 	s.Exists, s.Issued = true, l.Epoch
 	if l.Held() {
 		s.HeldEpoch, s.Holder = l.Epoch, l.HolderIdentity
+		s.HolderBinding = Binding{User: l.HolderUser, PodUID: l.HolderPodUID, Known: true}
 	}
 	return s
 }

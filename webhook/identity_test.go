@@ -1,0 +1,150 @@
+package webhook_test
+
+import (
+	"fmt"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+// Rule 9: an epoch is an identifier, not a bearer token.
+var _ = Describe("Identity binding", func() {
+	var (
+		ns   string
+		lock = "report-2026-07"
+	)
+	BeforeEach(func() {
+		ns = newNamespace()
+		mgr := startManager()
+		DeferCleanup(func() { Expect(mgr.Stop()).To(Succeed()) })
+	})
+
+	merge := func(c client.Client, name string, epoch int64, data string) error {
+		p := fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"}},"data":{"report.csv":%q}}`, fkv1.AnnotationEpoch, epoch, data)
+		return c.Patch(ctx, cmRef(ns, name), client.RawPatch(types.MergePatchType, []byte(p)))
+	}
+
+	It("records who created a claim, whatever the client claims, and keeps it", func() {
+		c := newClaimObj(ns, "w2", lock, "W2", 300)
+		c.Annotations = map[string]string{fkv1.AnnotationCreatedBy: "someone-else"}
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		Expect(c.Annotations).To(HaveKeyWithValue(fkv1.AnnotationCreatedBy, "admin"))
+		c.Annotations[fkv1.AnnotationCreatedBy] = "mallory"
+		err := k8s.Update(ctx, c)
+		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("cannot be changed"))
+	})
+
+	It("refuses the holder's epoch from another identity, naming the lock and the holder's identity; the opt-out accepts it", func() {
+		w2 := acquire(ns, "w2", lock, "W2", 300)
+		Expect(k8s.Create(ctx, fencedConfigMap(ns, lock, lock, w2.Status.Epoch, "v12 by W2", nil))).To(Succeed())
+		Expect(k8s.Create(ctx, fencedConfigMap(ns, "shared", lock, w2.Status.Epoch, "v1 by W2",
+			map[string]string{fkv1.AnnotationFenceIdentity: fkv1.FenceIdentityAny}))).To(Succeed())
+		mallory := userClient("mallory")
+
+		err := merge(mallory, lock, w2.Status.Epoch, "forged by mallory")
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("epoch %d of lock %s/%s is held by user %q, but this write comes from user %q",
+			w2.Status.Epoch, ns, lock, "admin", "mallory")))
+		Expect(configMapData(ns, lock)).To(Equal("v12 by W2"))
+		By("nor can another identity create an object under the holder's epoch")
+		err = mallory.Create(ctx, fencedConfigMap(ns, "new", lock, w2.Status.Epoch, "by mallory",
+			map[string]string{fkv1.AnnotationFenceIdentity: fkv1.FenceIdentityAny}))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+
+		By("the holder itself writes; an object that opts out accepts the epoch from anyone")
+		Expect(merge(k8s, lock, w2.Status.Epoch, "v13 by W2")).To(Succeed())
+		Expect(merge(mallory, "shared", w2.Status.Epoch, "v2 by a helper")).To(Succeed())
+		By("a write cannot opt itself out")
+		p := fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d",%q:%q}},"data":{"report.csv":"sneaky"}}`,
+			fkv1.AnnotationEpoch, w2.Status.Epoch, fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)
+		err = mallory.Patch(ctx, cmRef(ns, lock), client.RawPatch(types.MergePatchType, []byte(p)))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+	})
+
+	It("binds a pod's claim to the pod: only a token bound to that pod presents its epoch", func() {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker"}}
+		Expect(k8s.Create(ctx, sa)).To(Succeed())
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker-edit"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "worker", Namespace: ns}},
+		})).To(Succeed())
+		pod := func(name string, lease bool) *corev1.Pod {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: corev1.PodSpec{ServiceAccountName: "worker", Containers: []corev1.Container{{Name: "app", Image: "example.com/app"}}}}
+			if lease {
+				p.Annotations = map[string]string{fkv1.AnnotationLease: lock}
+			}
+			Expect(k8s.Create(ctx, p)).To(Succeed())
+			return p
+		}
+		holder, other := pod("worker-0", true), pod("worker-1", false)
+
+		By("the pod bridge's claim is bound to the pod")
+		var claims fkv1.FencedLeaseList
+		Eventually(func() int64 {
+			Expect(k8s.List(ctx, &claims, client.InNamespace(ns))).To(Succeed())
+			if len(claims.Items) != 1 {
+				return 0
+			}
+			return claims.Items[0].Status.Epoch
+		}, 30e9).ShouldNot(BeZero())
+		claim := claims.Items[0]
+		Expect(claim.Annotations).To(HaveKeyWithValue(fkv1.AnnotationCreatedByPodUID, string(holder.UID)))
+		epoch := claim.Status.Epoch
+		asPod := func(p *corev1.Pod) client.Client {
+			cs, err := kubernetes.NewForConfig(adminCfg)
+			Expect(err).NotTo(HaveOccurred())
+			tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "worker", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+				ExpirationSeconds: ptr.To(int64(600)),
+				BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
+			}}, metav1.CreateOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			cfg := rest.AnonymousClientConfig(adminCfg)
+			cfg.BearerToken = tr.Status.Token
+			c, err := client.New(cfg, client.Options{Scheme: envtestutil.Scheme()})
+			Expect(err).NotTo(HaveOccurred())
+			return c
+		}
+		err := k8s.Create(ctx, fencedConfigMap(ns, lock, lock, epoch, "v0 by admin", nil))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(asPod(holder).Create(ctx, fencedConfigMap(ns, lock, lock, epoch, "v0 by worker-0", nil))).To(Succeed())
+		Expect(merge(asPod(holder), lock, epoch, "v1 by worker-0")).To(Succeed())
+		err = merge(asPod(other), lock, epoch, "v1 by worker-1")
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("a token bound to pod " + string(holder.UID)))
+		err = merge(k8s, lock, epoch, "v1 by admin")
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(configMapData(ns, lock)).To(Equal("v1 by worker-0"))
+	})
+})
+
+var userClients = map[string]client.Client{}
+
+// userClient is a client for a cluster-admin user other than the holder.
+func userClient(name string) client.Client {
+	if c, ok := userClients[name]; ok {
+		return c
+	}
+	u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	c, err := client.New(u.Config(), client.Options{Scheme: envtestutil.Scheme()})
+	Expect(err).NotTo(HaveOccurred())
+	userClients[name] = c
+	return c
+}
