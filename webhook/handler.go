@@ -27,7 +27,6 @@ import (
 // FencingPath is where the fencing webhook is served.
 const FencingPath = "/fence"
 
-
 // GarbageCollectorUsers are the identities the garbage collector deletes
 // with: its own ServiceAccount (kube-controller-manager with
 // --use-service-account-credentials) or kube-controller-manager's identity.
