@@ -6,6 +6,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -69,9 +70,9 @@ var _ = Describe("Managed-Lease guard (ValidatingAdmissionPolicy) and its Go twi
 			old, updated, apiErr := run(k8s, tc)
 			op := leaseguard.Update
 			if tc.delete {
-				op = leaseguard.Delete
+				op, updated = leaseguard.Delete, nil
 			}
-			goErr := leaseguard.Check(op, false, old, updated)
+			goErr := leaseguard.Check(leaseguard.Request{Op: op, Old: old, New: updated})
 			if goErr == nil {
 				Expect(apiErr).NotTo(HaveOccurred(), "%s: the policy denied what Check allows", tc.name)
 			} else {
@@ -82,13 +83,51 @@ var _ = Describe("Managed-Lease guard (ValidatingAdmissionPolicy) and its Go twi
 
 			_, _, managerErr := run(asManager, tc)
 			Expect(managerErr).NotTo(HaveOccurred(), "%s: the manager (%s) was denied", tc.name, envtestutil.ManagerUser)
-			Expect(leaseguard.Check(op, true, old, updated)).To(Succeed(), tc.name)
+			Expect(leaseguard.Check(leaseguard.Request{Op: op, IsManager: true, Old: old, New: updated})).To(Succeed(), tc.name)
 		}
-		By("the denials are real: the Lease is unchanged")
+		By("the denials are real, not only dry runs: a real tamper is refused and the Lease is unchanged")
 		var l coordinationv1.Lease
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "guarded"}, &l)).To(Succeed())
-		Expect(l.Annotations[fkv1.AnnotationEpoch]).To(Equal("1"))
+		before := l.DeepCopy()
+		l.Annotations[fkv1.AnnotationEpoch] = "9223372036854775807"
+		Expect(k8s.Update(ctx, &l)).NotTo(Succeed())
+		Expect(k8s.Delete(ctx, before.DeepCopy())).NotTo(Succeed())
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "guarded"}, &l)).To(Succeed())
+		Expect(l.ResourceVersion).To(Equal(before.ResourceVersion))
+		Expect(l.Annotations).To(Equal(before.Annotations))
 		Expect(l.Finalizers).To(ContainElement(fkv1.LeaseFinalizer))
+	})
+
+	It("refuses anyone but the manager creating a managed Lease or adding the label, and agrees with Check", func() {
+		forged := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unused-lock",
+			Labels:      map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue, fkv1.LabelLock: "unused-lock"},
+			Annotations: map[string]string{fkv1.AnnotationEpoch: "9223372036854775807", fkv1.AnnotationClaimUID: "mine"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("mallory")}}
+		err := k8s.Create(ctx, forged.DeepCopy())
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring(leaseguard.Check(leaseguard.Request{Op: leaseguard.Create, New: forged}).Error()))
+		Expect(asManager.Create(ctx, forged.DeepCopy(), client.DryRunAll)).To(Succeed())
+
+		plain := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "another-lock"}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("a")}}
+		Expect(k8s.Create(ctx, plain)).To(Succeed())
+		old := plain.DeepCopy()
+		plain.Labels = map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue}
+		Expect(leaseguard.Check(leaseguard.Request{Op: leaseguard.Update, Old: old, New: plain})).NotTo(Succeed())
+		Expect(k8s.Update(ctx, plain)).NotTo(Succeed())
+	})
+
+	It("lets a terminating namespace's managed Lease be deleted (namespace deletion finishes)", func() {
+		acquire(ns, "holder", "doomed", "W1", 3600)
+		var l coordinationv1.Lease
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "doomed"}, &l)).To(Succeed())
+		Expect(k8s.Delete(ctx, l.DeepCopy(), client.DryRunAll)).NotTo(Succeed(), "not while the namespace lives")
+		// envtest runs no namespace controller: mark the namespace for
+		// deletion and send the delete the namespace controller would.
+		Expect(k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		Expect(leaseguard.Check(leaseguard.Request{Op: leaseguard.Delete, Old: &l, NamespaceTerminating: true})).To(Succeed())
+		Eventually(func() error { return k8s.Delete(ctx, l.DeepCopy()) }, 10*time.Second).Should(Succeed())
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "doomed"}, &l)).To(Succeed())
+		Expect(l.DeletionTimestamp).NotTo(BeNil(), "deleted; the finalizer waits for the manager")
 	})
 
 	It("leaves Leases fencekeeper does not manage alone", func() {
@@ -97,7 +136,7 @@ var _ = Describe("Managed-Lease guard (ValidatingAdmissionPolicy) and its Go twi
 		Expect(k8s.Create(ctx, plain)).To(Succeed())
 		old := plain.DeepCopy()
 		plain.Spec.HolderIdentity = ptr.To("b")
-		Expect(leaseguard.Check(leaseguard.Update, false, old, plain)).To(Succeed())
+		Expect(leaseguard.Check(leaseguard.Request{Op: leaseguard.Update, Old: old, New: plain})).To(Succeed())
 		Expect(k8s.Update(ctx, plain)).To(Succeed())
 		Expect(k8s.Delete(ctx, plain)).To(Succeed())
 	})

@@ -133,14 +133,15 @@ func waitForClaimIdentity(ctx context.Context, admin client.Client) error {
 // waitForPolicy waits until the apiserver enforces the policy. Its status is
 // written by kube-controller-manager, which a local control plane does not
 // run, so it probes instead: a dry-run delete of a managed Lease by a user
-// who is not the manager must be refused. The probe Lease is then deleted by
-// the manager's identity.
+// who is not the manager must be refused. The probe Lease is created and then
+// deleted by the manager's identity.
 func waitForPolicy(ctx context.Context, admin, manager client.Client) error {
 	probe := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
 		Namespace: ManagerNamespace, Name: "fencekeeper-policy-probe",
 		Labels: map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue},
 	}}
-	if err := admin.Create(ctx, probe); err != nil && !apierrors.IsAlreadyExists(err) {
+	// Only the manager may create a managed Lease.
+	if err := manager.Create(ctx, probe); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)

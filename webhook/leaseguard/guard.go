@@ -18,24 +18,42 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
-// Operation is UPDATE or DELETE (the policy does not look at CREATE).
+// Operation is CREATE, UPDATE or DELETE.
 type Operation string
 
 // Operations.
 const (
+	Create Operation = "CREATE"
 	Update Operation = "UPDATE"
 	Delete Operation = "DELETE"
 )
 
+// Request is one write to a Lease as the policy sees it.
+type Request struct {
+	Op Operation
+	// IsManager is true when the manager's identity sends it.
+	IsManager bool
+	// NamespaceTerminating is true when the Lease's namespace is being deleted.
+	NamespaceTerminating bool
+	// Old is nil on CREATE, New nil on DELETE.
+	Old, New *coordinationv1.Lease
+}
+
 // Check returns nil when the write is allowed, else the policy's message.
-// newLease is nil for DELETE.
-func Check(op Operation, isManager bool, old, newLease *coordinationv1.Lease) error {
-	managed := old.Labels[fkv1.LabelManagedBy] == fkv1.ManagedByValue ||
+func Check(r Request) error {
+	old, newLease := r.Old, r.New
+	managed := (old != nil && old.Labels[fkv1.LabelManagedBy] == fkv1.ManagedByValue) ||
 		(newLease != nil && newLease.Labels[fkv1.LabelManagedBy] == fkv1.ManagedByValue)
-	if !managed || isManager {
+	if !managed || r.IsManager {
 		return nil
 	}
-	if op == Delete {
+	switch r.Op {
+	case Create:
+		return fmt.Errorf("only the fencekeeper manager may create a managed Lease (%s): a ledger minted by anyone else could name any holder and epoch", newLease.Name)
+	case Delete:
+		if r.NamespaceTerminating {
+			return nil
+		}
 		return fmt.Errorf("only the fencekeeper manager may delete managed Lease %s: it holds the epoch counter of its lock", old.Name)
 	}
 	o, n := old.Spec, newLease.Spec
