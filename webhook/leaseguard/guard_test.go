@@ -24,7 +24,10 @@ func managed() *coordinationv1.Lease {
 
 func TestCheck(t *testing.T) {
 	with := func(f func(*coordinationv1.Lease)) *coordinationv1.Lease { l := managed(); f(l); return l }
-	renewed := func(l *coordinationv1.Lease) { n := metav1.NewMicroTime(l.Spec.RenewTime.Add(time.Second)); l.Spec.RenewTime = &n }
+	renewed := func(l *coordinationv1.Lease) {
+		n := metav1.NewMicroTime(l.Spec.RenewTime.Add(time.Second))
+		l.Spec.RenewTime = &n
+	}
 	plain := func() *coordinationv1.Lease { l := managed(); l.Labels = nil; return l }
 	cases := []struct {
 		name  string
