@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +48,7 @@ var _ = Describe("Freshness of the current-epoch check", func() {
 		obj.Data["report.csv"] = "v11' by W1"
 		req = admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 			UID: "freshness", Operation: admissionv1.Update, Namespace: ns, Name: lock,
+			UserInfo: authenticationv1.UserInfo{Username: "admin"},
 			Kind:     metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
 			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"},
 			Object:   runtime.RawExtension{Raw: mustJSON(obj)}, OldObject: runtime.RawExtension{Raw: mustJSON(old)},

@@ -279,12 +279,14 @@ func expectNoW1AfterW2(h *cmHistory, name string) {
 
 var kubeconfigPath string
 
-// writeKubeconfig writes (once) a kubeconfig for an admin who is not the manager.
+// writeKubeconfig writes (once) a kubeconfig for the suite's admin user.
 func writeKubeconfig() string {
 	if kubeconfigPath != "" {
 		return kubeconfigPath
 	}
-	u, err := testEnv.AddUser(envtest.User{Name: "kubectl-admin", Groups: []string{"system:masters"}}, nil)
+	// The same user as the suite's client, which creates the claims: an
+	// epoch is accepted only from its holder's identity.
+	u, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
 	Expect(err).NotTo(HaveOccurred())
 	b, err := u.KubeConfig()
 	Expect(err).NotTo(HaveOccurred())

@@ -85,10 +85,30 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	}
 	r.views.set(lock, View{HeldEpoch: in.ledger.HeldEpoch(), Floor: r.floors.raise(lock),
 		deadline: g.now.Add(a.requeueAfter)})
-	if err := r.syncStatuses(ctx, g.claims, in); err != nil {
+	if err := r.syncStatuses(ctx, endedFirst(g.claims, in.ledger), in); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: a.requeueAfter}, nil
+}
+
+// endedFirst orders the status writes so that no observer ever sees two Held
+// claims for one lock, even if this process stops between two writes: every
+// claim that is no longer the holder (but may still show Held) is written
+// before the holder.
+func endedFirst(claims []*fkv1.FencedLease, led fkv1.Ledger) []*fkv1.FencedLease {
+	out := make([]*fkv1.FencedLease, 0, len(claims))
+	var holder *fkv1.FencedLease
+	for _, c := range claims {
+		if led.Held() && c.UID == led.HolderUID {
+			holder = c
+			continue
+		}
+		out = append(out, c)
+	}
+	if holder != nil {
+		out = append(out, holder)
+	}
+	return out
 }
 
 // writeLease makes the action's one Lease write: a Create when the lock has

@@ -88,3 +88,16 @@ func TestLeaseAfter(t *testing.T) {
 		g.Expect(l.Finalizers).To(BeEmpty())
 	})
 }
+
+func TestEndedFirstWritesTheHolderLast(t *testing.T) {
+	g := NewWithT(t)
+	w1 := claim("w1", 0, fkv1.PhaseHeld, 41) // ended, still shows Held
+	w2 := claim("w2", 5, fkv1.PhasePending, 0)
+	w3 := claim("w3", 6, fkv1.PhasePending, 0)
+	for _, order := range [][]*fkv1.FencedLease{{w2, w1, w3}, {w1, w2, w3}, {w3, w2, w1}} {
+		out := endedFirst(order, held(42, "w2"))
+		g.Expect(out).To(HaveLen(3))
+		g.Expect(out[2].Name).To(Equal("w2"), "the new holder is written last")
+	}
+	g.Expect(endedFirst([]*fkv1.FencedLease{w1, w2}, free(42))).To(HaveLen(2))
+}

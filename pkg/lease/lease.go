@@ -110,10 +110,35 @@ func (l *Lease) start(ctx context.Context) error {
 		return fmt.Errorf("lock %s/%s: epoch %d was granted but could not be renewed: %w", l.Namespace, l.Lock, l.Epoch, errors.Join(ErrLost, err))
 	}
 	l.transition(Held, fmt.Sprintf("granted epoch %d", l.Epoch))
-	l.wg.Add(2)
+	l.wg.Add(3)
 	go l.renewLoop()
 	go l.watchClaim()
+	go l.lossTimer()
 	return nil
+}
+
+// lossTimer declares LOST the moment the safe time runs out (a TTL after the
+// send time of the last acknowledged renewal), on this process's clock,
+// whatever call is in flight: a renewal that hangs must not delay it.
+func (l *Lease) lossTimer() {
+	defer l.wg.Done()
+	for {
+		rem := l.Remaining()
+		if rem <= 0 {
+			l.transition(Lost, fmt.Sprintf("no renewal acknowledged for a TTL (%v)", l.TTL))
+			return
+		}
+		t := time.NewTimer(rem)
+		select {
+		case <-l.stop:
+			t.Stop()
+			return
+		case <-l.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // renewLoop renews every RenewInterval and re-evaluates the state whenever
@@ -138,7 +163,11 @@ func (l *Lease) renewLoop() {
 		case <-time.After(max(wait, time.Millisecond)):
 		}
 		if !time.Now().Before(nextRenew) {
-			err := l.renew(l.ctx)
+			// A renewal is worth nothing once the safe time is gone: it is
+			// cut off there, so the loop goes on to evaluate in time.
+			rctx, cancel := context.WithTimeout(l.ctx, max(l.Remaining(), time.Millisecond))
+			err := l.renew(rctx)
+			cancel()
 			switch {
 			case errors.Is(err, ErrLost):
 				l.transition(Lost, err.Error())

@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -147,6 +148,35 @@ var _ = Describe("Holder library", func() {
 		var final corev1.ConfigMap
 		Expect(admin.Get(ctx, client.ObjectKeyFromObject(cm), &final)).To(Succeed())
 		Expect(final.Data["v"]).To(Equal("v11 by W1"))
+	})
+
+	It("reports LOST on its own clock when renewals hang, never after the authority's next grant", func() {
+		holder, f, _ := holderClient(ns)
+		lost := make(chan time.Time, 1)
+		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 3 * time.Second, RenewInterval: time.Second,
+			RequestTimeout: time.Minute, OnTransition: func(t lease.Transition) {
+				if t.To == lease.Lost {
+					lost <- time.Now()
+				}
+			}})
+		Expect(err).NotTo(HaveOccurred())
+		w2 := waiter(ns, "w2", "report")
+
+		By("every renewal and read of the Lease hangs until its context ends (RequestTimeout is a minute)")
+		f.set(func(f *faults) { f.hang = []rule{{path: "/leases/"}} })
+		safeUntil := time.Now().Add(w1.Remaining())
+		var lostAt time.Time
+		Eventually(lost, 10*time.Second).Should(Receive(&lostAt))
+		Expect(lostAt).To(BeTemporally("<", safeUntil.Add(500*time.Millisecond)), "LOST came %v after the safe time ran out", lostAt.Sub(safeUntil))
+		Expect(w1.Context().Err()).To(HaveOccurred())
+
+		By("the authority grants W2 only after W1 knew it had lost")
+		Eventually(phaseOf(w2), 15*time.Second).Should(Equal(fkv1.PhaseHeld))
+		var ledger coordinationv1.Lease
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "report"}, &ledger)).To(Succeed())
+		Expect(ledger.Spec.AcquireTime).NotTo(BeNil())
+		// The manager runs in this process: its clock is ours.
+		Expect(ledger.Spec.AcquireTime.Time).To(BeTemporally(">=", lostAt), "granted before the holder reported LOST")
 	})
 
 	It("has its writes refused once the lease passes on, when cut off from the Lease but not from the object", func() {

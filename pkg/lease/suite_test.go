@@ -72,6 +72,9 @@ type faults struct {
 	dropReply []rule
 	// block: never forward; the client sees an error.
 	block []rule
+	// hang: never forward, and never answer until the request's context
+	// ends (an apiserver that stops responding).
+	hang []rule
 	// capture: forward, and keep a copy to replay later.
 	capture  []rule
 	captured []captured
@@ -113,10 +116,14 @@ var errInjected = errors.New("injected fault: connection reset")
 
 func (f *faults) RoundTrip(req *http.Request) (*http.Response, error) {
 	f.mu.Lock()
-	block, drop, capt := take(f.block, req), take(f.dropReply, req), take(f.capture, req)
+	block, drop, capt, hang := take(f.block, req), take(f.dropReply, req), take(f.capture, req), take(f.hang, req)
 	f.mu.Unlock()
 	if block {
 		return nil, errInjected
+	}
+	if hang {
+		<-req.Context().Done()
+		return nil, req.Context().Err()
 	}
 	var body []byte
 	if req.Body != nil && capt {
