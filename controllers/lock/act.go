@@ -42,7 +42,7 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	// entries wait until after the grant: a burst of new waiters must not
 	// delay a handoff.)
 	if g.lease != nil {
-		if err := r.syncStatuses(ctx, ownersOf(g.claims, g.ledger), statusInputs{lease: g.lease, ledger: g.ledger}); err != nil {
+		if err := r.syncStatuses(ctx, endedFirst(ownersOf(g.claims, g.ledger), g.ledger), statusInputs{lease: g.lease, ledger: g.ledger}); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

@@ -31,10 +31,15 @@ func guardedVsUnguarded(ctx context.Context, c client.WithWatch, n int) (latency
 	if _, err := wait(ch, 30*time.Second); err != nil {
 		return latency{}, latency{}, err
 	}
+	var writer fkv1.FencedLease
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "writer"}, &writer); err != nil {
+		return latency{}, latency{}, err
+	}
+	epoch := strconv.FormatInt(writer.Status.Epoch, 10)
 	guarded := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "guarded",
-		Labels: map[string]string{fkv1.LabelLock: "report"}, Annotations: map[string]string{fkv1.AnnotationEpoch: "1"}}}
+		Labels: map[string]string{fkv1.LabelLock: "report"}, Annotations: map[string]string{fkv1.AnnotationEpoch: epoch}}}
 	plain := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain",
-		Annotations: map[string]string{fkv1.AnnotationEpoch: "1"}}}
+		Annotations: map[string]string{fkv1.AnnotationEpoch: epoch}}}
 	for _, cm := range []*corev1.ConfigMap{guarded, plain} {
 		if err := c.Create(ctx, cm); err != nil {
 			return latency{}, latency{}, err
@@ -44,6 +49,8 @@ func guardedVsUnguarded(ctx context.Context, c client.WithWatch, n int) (latency
 	for i := 0; i < n; i++ {
 		for _, cm := range []*corev1.ConfigMap{guarded, plain} {
 			cm.Data = map[string]string{"v": strconv.Itoa(i)}
+			// Every content write presents its epoch (admission consumes it).
+			cm.Annotations[fkv1.AnnotationEpoch] = epoch
 			start := time.Now()
 			if err := c.Update(ctx, cm); err != nil {
 				return latency{}, latency{}, err
