@@ -39,11 +39,13 @@ var _ = Describe("Lock controller", func() {
 		DeferCleanup(func() { mgr.Stop() })
 	}
 
-	It("grants the first claim epoch 1, queues the second, and hands over epoch 2 on release", func() {
+	It("grants the first claim an epoch at the storage revision, queues the second, and hands over epoch+1 on release", func() {
 		startDefault()
+		before := storageRevision()
 		w1 := createClaim(ns, "w1-report-2026-07", "report-2026-07", "W1", 30)
 		held := eventuallyPhase(ns, w1.Name, fkv1.PhaseHeld)
-		Expect(held.Status.Epoch).To(Equal(int64(1)))
+		e := held.Status.Epoch
+		Expect(e).To(BeNumerically(">", before), "a new ledger starts at the storage revision read at its first grant")
 		Expect(held.Status.LeaseName).To(Equal("report-2026-07"))
 		Expect(held.Status.AcquireTime).NotTo(BeNil())
 		Expect(meta.IsStatusConditionTrue(held.Status.Conditions, fkv1.ConditionHeld)).To(BeTrue())
@@ -51,7 +53,7 @@ var _ = Describe("Lock controller", func() {
 		lease := getLease(ns, "report-2026-07")
 		Expect(*lease.Spec.HolderIdentity).To(Equal("W1"))
 		Expect(*lease.Spec.LeaseDurationSeconds).To(Equal(int32(30)))
-		Expect(lease.Annotations).To(HaveKeyWithValue(fkv1.AnnotationEpoch, "1"))
+		Expect(lease.Annotations).To(HaveKeyWithValue(fkv1.AnnotationEpoch, epochString(e)))
 		Expect(lease.Annotations).To(HaveKeyWithValue(fkv1.AnnotationClaim, w1.Name))
 		Expect(lease.Annotations).To(HaveKeyWithValue(fkv1.AnnotationClaimUID, string(w1.UID)))
 		Expect(lease.Labels).To(HaveKeyWithValue(fkv1.LabelManagedBy, fkv1.ManagedByValue))
@@ -67,10 +69,10 @@ var _ = Describe("Lock controller", func() {
 
 		deleteClaim(w1)
 		held2 := eventuallyPhase(ns, w2.Name, fkv1.PhaseHeld)
-		Expect(held2.Status.Epoch).To(Equal(int64(2)))
+		Expect(held2.Status.Epoch).To(Equal(e + 1))
 		lease = getLease(ns, "report-2026-07")
 		Expect(*lease.Spec.HolderIdentity).To(Equal("W2"))
-		Expect(lease.Annotations).To(HaveKeyWithValue(fkv1.AnnotationEpoch, "2"))
+		Expect(lease.Annotations).To(HaveKeyWithValue(fkv1.AnnotationEpoch, epochString(e+1)))
 		Expect(lease.Annotations).To(HaveKeyWithValue(fkv1.AnnotationPreviousClaimUID, string(w1.UID)))
 
 		By("recording an Event for each ownership transition")
@@ -87,14 +89,14 @@ var _ = Describe("Lock controller", func() {
 			w2.Name+"/"+fkv1.ReasonGranted, "report-2026-07/"+fkv1.ReasonReleased))
 
 		grants := h.verifyClaims()
-		Expect(grants["report-2026-07"]).To(Equal(map[int64]string{1: string(w1.UID), 2: string(w2.UID)}))
-		Expect(h.verifyLeases()["report-2026-07"]).To(Equal([]int64{1, 2}))
+		Expect(grants["report-2026-07"]).To(Equal(map[int64]string{e: string(w1.UID), e + 1: string(w2.UID)}))
+		Expect(h.verifyLeases()["report-2026-07"]).To(Equal([]int64{e, e + 1}))
 	})
 
 	It("grants five contenders in FIFO order (creationTimestamp, then name), each with the next epoch", func() {
 		startDefault()
 		holder := createClaim(ns, "zz-holder", "fifo", "H", 60)
-		eventuallyPhase(ns, holder.Name, fkv1.PhaseHeld)
+		e := eventuallyPhase(ns, holder.Name, fkv1.PhaseHeld).Status.Epoch
 		// Names run against creation order, so name order alone would be wrong.
 		names := []string{"e", "d", "c", "b", "a"}
 		var claims []*fkv1.FencedLease
@@ -114,25 +116,25 @@ var _ = Describe("Lock controller", func() {
 		for i, c := range claims {
 			deleteClaim(prev)
 			got := eventuallyPhase(ns, c.Name, fkv1.PhaseHeld)
-			Expect(got.Status.Epoch).To(Equal(int64(i + 2)))
+			Expect(got.Status.Epoch).To(Equal(e + int64(i) + 1))
 			prev = c
 		}
 		sameSecond := getClaim(ns, tieA.Name).CreationTimestamp.Equal(ptr.To(getClaim(ns, tieB.Name).CreationTimestamp))
 		deleteClaim(prev)
 		if sameSecond {
-			Expect(eventuallyPhase(ns, tieA.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(int64(7)))
+			Expect(eventuallyPhase(ns, tieA.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(e + 6))
 			Expect(getClaim(ns, tieB.Name).Status.Phase).To(Equal(fkv1.PhasePending))
 		} else {
-			Expect(eventuallyPhase(ns, tieB.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(int64(7)))
+			Expect(eventuallyPhase(ns, tieB.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(e + 6))
 		}
 		h.verifyClaims()
-		Expect(h.verifyLeases()["fifo"]).To(Equal([]int64{1, 2, 3, 4, 5, 6, 7}))
+		Expect(h.verifyLeases()["fifo"]).To(Equal([]int64{e, e + 1, e + 2, e + 3, e + 4, e + 5, e + 6}))
 	})
 
 	It("keeps a renewed lease past its TTL and expires it a TTL after renewals stop", func() {
 		startDefault()
 		w1 := createClaim(ns, "w1", "report", "W1", 2)
-		eventuallyPhase(ns, w1.Name, fkv1.PhaseHeld)
+		e := eventuallyPhase(ns, w1.Name, fkv1.PhaseHeld).Status.Epoch
 		w2 := createClaim(ns, "w2", "report", "W2", 2)
 		eventuallyPhase(ns, w2.Name, fkv1.PhasePending)
 
@@ -146,9 +148,9 @@ var _ = Describe("Lock controller", func() {
 		stoppedAt := time.Now()
 		held := eventuallyPhase(ns, w2.Name, fkv1.PhaseHeld)
 		Expect(time.Since(stoppedAt)).To(BeNumerically(">=", 1500*time.Millisecond), "takeover before a TTL without renewal")
-		Expect(held.Status.Epoch).To(Equal(int64(2)))
+		Expect(held.Status.Epoch).To(Equal(e + 1))
 		expired := eventuallyPhase(ns, w1.Name, fkv1.PhaseExpired)
-		Expect(expired.Status.Epoch).To(Equal(int64(1)), "an expired claim keeps its epoch")
+		Expect(expired.Status.Epoch).To(Equal(e), "an expired claim keeps its epoch")
 		Expect(meta.FindStatusCondition(expired.Status.Conditions, fkv1.ConditionHeld).Reason).To(Equal(fkv1.ReasonExpired))
 
 		By("the paused holder's late renewal is refused: the Lease names another claim")
@@ -158,22 +160,22 @@ var _ = Describe("Lock controller", func() {
 		deleteClaim(w2)
 		Eventually(func() string { return getLease(ns, "report").Annotations[fkv1.AnnotationClaimUID] }, 10*time.Second).Should(BeEmpty())
 		Consistently(func() fkv1.FencedLeasePhase { return getClaim(ns, w1.Name).Status.Phase }, 3*time.Second).Should(Equal(fkv1.PhaseExpired))
-		Expect(getLease(ns, "report").Annotations).To(HaveKeyWithValue(fkv1.AnnotationEpoch, "2"), "a freed lock keeps its epoch")
+		Expect(getLease(ns, "report").Annotations).To(HaveKeyWithValue(fkv1.AnnotationEpoch, epochString(e+1)), "a freed lock keeps its epoch")
 		h.verifyClaims()
-		Expect(h.verifyLeases()["report"]).To(Equal([]int64{1, 2}))
+		Expect(h.verifyLeases()["report"]).To(Equal([]int64{e, e + 1}))
 	})
 
 	It("keeps epochs per lock, independent between locks", func() {
 		startDefault()
 		a1 := createClaim(ns, "a1", "lock-a", "A1", 30)
 		b1 := createClaim(ns, "b1", "lock-b", "B1", 30)
-		Expect(eventuallyPhase(ns, a1.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(int64(1)))
-		Expect(eventuallyPhase(ns, b1.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(int64(1)))
+		ea := eventuallyPhase(ns, a1.Name, fkv1.PhaseHeld).Status.Epoch
+		eb := eventuallyPhase(ns, b1.Name, fkv1.PhaseHeld).Status.Epoch
 		a2 := createClaim(ns, "a2", "lock-a", "A2", 30)
 		eventuallyPhase(ns, a2.Name, fkv1.PhasePending)
 		deleteClaim(a1)
-		Expect(eventuallyPhase(ns, a2.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(int64(2)))
-		Expect(getLease(ns, "lock-b").Annotations).To(HaveKeyWithValue(fkv1.AnnotationEpoch, "1"))
+		Expect(eventuallyPhase(ns, a2.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(ea + 1))
+		Expect(getLease(ns, "lock-b").Annotations).To(HaveKeyWithValue(fkv1.AnnotationEpoch, epochString(eb)), "lock-b did not move")
 	})
 
 	It("writes O(1) per handoff however many waiters, and nothing on a no-op reconcile", func() {
@@ -233,7 +235,7 @@ var _ = Describe("Lock controller", func() {
 		By("the conflict clears when the foreign Lease goes")
 		Expect(k8s.Delete(ctx, foreign)).To(Succeed())
 		held := eventuallyPhase(ns, c.Name, fkv1.PhaseHeld)
-		Expect(held.Status.Epoch).To(Equal(int64(1)))
+		Expect(held.Status.Epoch).To(BeNumerically(">", 0))
 		Expect(meta.FindStatusCondition(held.Status.Conditions, fkv1.ConditionLockConflict)).To(BeNil())
 	})
 
@@ -288,8 +290,10 @@ var _ = Describe("Lock controller", func() {
 		for _, lock := range locks {
 			n := len(grants[lock])
 			total += n
-			// Every epoch 1..n of the lock was granted to exactly one claim.
-			for e := int64(1); e <= int64(n); e++ {
+			// The lock's epochs are n consecutive numbers from its first,
+			// each granted to exactly one claim.
+			first := order[lock][0]
+			for e := first; e < first+int64(n); e++ {
 				Expect(grants[lock]).To(HaveKey(e), "lock %s: epoch %d missing", lock, e)
 			}
 			Expect(order[lock]).To(HaveLen(n))
@@ -335,21 +339,25 @@ var _ = Describe("Lock controller", func() {
 			m2.Stop()
 		}
 		grants := h.verifyClaims()
-		Expect(h.verifyLeases()["restart"]).To(Equal([]int64{1, 2, 3, 4, 5, 6, 7, 8}))
+		seq := h.verifyLeases()["restart"]
+		Expect(seq).To(HaveLen(8))
+		for i := range seq {
+			Expect(seq[i]).To(Equal(seq[0]+int64(i)), "epochs %v are not consecutive", seq)
+		}
 		Expect(grants["restart"]).To(HaveLen(8))
 	})
 
 	It("heals a crash between the Lease grant and the claim status patch", func() {
 		m := startManager(time.Second)
 		a := createClaim(ns, "a", "heal", "A", 30)
-		eventuallyPhase(ns, a.Name, fkv1.PhaseHeld)
+		e := eventuallyPhase(ns, a.Name, fkv1.PhaseHeld).Status.Epoch
 		b := createClaim(ns, "b", "heal", "B", 30)
 		eventuallyPhase(ns, b.Name, fkv1.PhasePending)
 		m.Stop()
 
 		By("doing a takeover's Lease write by hand, as a controller that died right after it")
 		l := getLease(ns, "heal")
-		l.Annotations[fkv1.AnnotationEpoch] = "2"
+		l.Annotations[fkv1.AnnotationEpoch] = epochString(e + 1)
 		l.Annotations[fkv1.AnnotationPreviousClaimUID] = string(a.UID)
 		l.Annotations[fkv1.AnnotationClaim] = b.Name
 		l.Annotations[fkv1.AnnotationClaimUID] = string(b.UID)
@@ -358,26 +366,31 @@ var _ = Describe("Lock controller", func() {
 
 		m2 := startManager(time.Second)
 		DeferCleanup(m2.Stop)
-		Expect(eventuallyPhase(ns, b.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(int64(2)))
-		Expect(eventuallyPhase(ns, a.Name, fkv1.PhaseExpired).Status.Epoch).To(Equal(int64(1)))
+		Expect(eventuallyPhase(ns, b.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(e + 1))
+		Expect(eventuallyPhase(ns, a.Name, fkv1.PhaseExpired).Status.Epoch).To(Equal(e))
 		h.verifyClaims()
 		h.verifyLeases()
 	})
 
 	It("issues an epoch above every earlier one after the Lease is edited to a lower epoch", func() {
 		m := startManager(time.Second)
+		var e int64
 		for i := 1; i <= 3; i++ {
 			c := createClaim(ns, fmt.Sprintf("c%d", i), "edited", "W", 30)
-			Expect(eventuallyPhase(ns, c.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(int64(i)))
+			got := eventuallyPhase(ns, c.Name, fkv1.PhaseHeld).Status.Epoch
+			if i == 1 {
+				e = got
+			}
+			Expect(got).To(Equal(e + int64(i) - 1))
 			if i < 3 {
 				deleteClaim(c)
 			}
 		}
-		By("an admin lowers the counter while c3 holds epoch 3")
+		By("an admin lowers the counter while c3 holds epoch e+2")
 		l := getLease(ns, "edited")
 		l.Annotations[fkv1.AnnotationEpoch] = "1"
 		Expect(k8s.Update(ctx, l)).To(Succeed())
-		Eventually(func() string { return getLease(ns, "edited").Annotations[fkv1.AnnotationEpoch] }, 10*time.Second).Should(Equal("3"))
+		Eventually(func() string { return getLease(ns, "edited").Annotations[fkv1.AnnotationEpoch] }, 10*time.Second).Should(Equal(epochString(e + 2)))
 
 		By("the same while the controller is down, so only the claims remember")
 		m.Stop()
@@ -389,18 +402,18 @@ var _ = Describe("Lock controller", func() {
 		c4 := createClaim(ns, "c4", "edited", "W", 30)
 		eventuallyPhase(ns, c4.Name, fkv1.PhasePending)
 		deleteClaim(getClaim(ns, "c3"))
-		Expect(eventuallyPhase(ns, c4.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(int64(4)))
+		Expect(eventuallyPhase(ns, c4.Name, fkv1.PhaseHeld).Status.Epoch).To(BeNumerically(">", e+2), "above every earlier epoch")
 		h.verifyClaims()
 	})
 
 	It("issues an epoch above every earlier one after an admin deletes the Lease", func() {
 		startDefault()
 		c1 := createClaim(ns, "c1", "deleted", "W1", 30)
-		eventuallyPhase(ns, c1.Name, fkv1.PhaseHeld)
+		e := eventuallyPhase(ns, c1.Name, fkv1.PhaseHeld).Status.Epoch
 		deleteClaim(c1)
 		c2 := createClaim(ns, "c2", "deleted", "W2", 1)
-		Expect(eventuallyPhase(ns, c2.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(int64(2)))
-		eventuallyPhase(ns, c2.Name, fkv1.PhaseExpired) // keeps epoch 2 in its status
+		Expect(eventuallyPhase(ns, c2.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(e + 1))
+		eventuallyPhase(ns, c2.Name, fkv1.PhaseExpired) // keeps epoch e+1 in its status
 
 		By("deleting the Lease: the finalizer holds it while claims exist")
 		l := getLease(ns, "deleted")
@@ -410,10 +423,35 @@ var _ = Describe("Lock controller", func() {
 		By("removing the finalizer by hand")
 		l.Finalizers = nil
 		Expect(k8s.Update(ctx, l)).To(Succeed())
-		Eventually(func() string { return leaseAnnotation(ns, "deleted", fkv1.AnnotationEpoch) }, 10*time.Second).Should(Equal("2"))
+		Eventually(func() string { return leaseAnnotation(ns, "deleted", fkv1.AnnotationEpoch) }, 10*time.Second).Should(Equal(epochString(e + 1)))
 
 		c3 := createClaim(ns, "c3", "deleted", "W3", 30)
-		Expect(eventuallyPhase(ns, c3.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(int64(3)))
+		Expect(eventuallyPhase(ns, c3.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(e + 2))
+	})
+
+	It("never reuses an epoch after every record of a lock is gone and the manager restarted", func() {
+		m := startManager(time.Second)
+		var issued []int64
+		for i := 0; i < 3; i++ {
+			c := createClaim(ns, fmt.Sprintf("c%d", i), "lost", "W", 30)
+			issued = append(issued, eventuallyPhase(ns, c.Name, fkv1.PhaseHeld).Status.Epoch)
+			deleteClaim(c)
+		}
+		By("every claim is gone; the Lease is deleted, and let go once no claim remains")
+		Eventually(func() string { return getLease(ns, "lost").Annotations[fkv1.AnnotationClaimUID] }, 10*time.Second).Should(BeEmpty())
+		Expect(k8s.Delete(ctx, getLease(ns, "lost"))).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lost"}, &coordinationv1.Lease{}))
+		}, 10*time.Second).Should(BeTrue())
+		By("the manager restarts: nothing remembers the lock")
+		m.Stop()
+		m2 := startManager(time.Second)
+		DeferCleanup(m2.Stop)
+		c := createClaim(ns, "again", "lost", "W", 30)
+		again := eventuallyPhase(ns, c.Name, fkv1.PhaseHeld).Status.Epoch
+		for _, e := range issued {
+			Expect(again).To(BeNumerically(">", e), "epoch %d reused or went backward (earlier: %v)", again, issued)
+		}
 	})
 
 	It("lets a deleted Lease go once no claim of its lock remains", func() {

@@ -79,9 +79,33 @@ func podLease(ns, name string) (state, epoch string, cond *corev1.PodCondition) 
 	return p.Annotations[fkv1.AnnotationLeaseState], p.Annotations[fkv1.AnnotationEpoch], cond
 }
 
+// stateOf shows a pod's lease as "state/epoch", the epoch counted from the
+// first one granted in the namespace's lock ("Held/1" for the first grant):
+// a new ledger starts at the storage revision, so absolute epochs are large.
 func stateOf(ns, name string) func() string {
-	return func() string { s, e, _ := podLease(ns, name); return s + "/" + e }
+	return func() string {
+		s, e, _ := podLease(ns, name)
+		if e == "" {
+			return s + "/"
+		}
+		n, err := strconv.ParseInt(e, 10, 64)
+		if err != nil {
+			return s + "/" + e
+		}
+		baseMu.Lock()
+		defer baseMu.Unlock()
+		base, ok := firstEpoch[ns]
+		if !ok || n < base {
+			base, firstEpoch[ns] = n, n
+		}
+		return fmt.Sprintf("%s/%d", s, n-base+1)
+	}
 }
+
+var (
+	baseMu     sync.Mutex
+	firstEpoch = map[string]int64{}
+)
 
 // holders returns the pods of pods whose lease-state is Held.
 func holders(ns string, pods []*corev1.Pod) []string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -285,4 +286,16 @@ func (h *history) verifyLeases() map[string][]int64 {
 		holderOf[l.Name][e] = uid
 	}
 	return order
+}
+
+func epochString(e int64) string { return strconv.FormatInt(e, 10) }
+
+// storageRevision is the current storage revision of leases, as the
+// authority reads it for a new ledger.
+func storageRevision() int64 {
+	var list coordinationv1.LeaseList
+	ExpectWithOffset(1, k8s.List(context.Background(), &list, client.Limit(1))).To(Succeed())
+	rev, err := strconv.ParseInt(list.ResourceVersion, 10, 64)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return rev
 }

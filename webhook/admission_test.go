@@ -40,7 +40,7 @@ var _ = Describe("Fencing admission", func() {
 		DeferCleanup(history.stop)
 
 		w1 := acquire(ns, "w1", lock, "W1", 2)
-		Expect(w1.Status.Epoch).To(Equal(int64(1)))
+		e1 := w1.Status.Epoch
 		By("W1 publishes a first version and fences two more reports with its epoch")
 		Expect(k8s.Create(ctx, fencedConfigMap(ns, lock, lock, w1.Status.Epoch, "v11 by W1", nil))).To(Succeed())
 		Expect(k8s.Create(ctx, fencedConfigMap(ns, "report-2026-06", lock, w1.Status.Epoch, "june by W1", nil))).To(Succeed())
@@ -49,7 +49,7 @@ var _ = Describe("Fencing admission", func() {
 
 		By("W1 pauses (no renewals); its lease expires and W2 takes over with epoch 2")
 		w2 := acquire(ns, "w2", lock, "W2", 300)
-		Expect(w2.Status.Epoch).To(Equal(int64(2)))
+		Expect(w2.Status.Epoch).To(Equal(e1 + 1))
 		waitPhase(w1, fkv1.PhaseExpired)
 		Expect(publish(ns, lock, w2.Status.Epoch, "v12 by W2")).To(Succeed())
 
@@ -58,13 +58,13 @@ var _ = Describe("Fencing admission", func() {
 		Expect(err).To(HaveOccurred())
 		Expect(apierrors.IsConflict(err)).To(BeTrue(), "a stale epoch is a 409 Conflict: %v", err)
 		Expect(err.Error()).To(ContainSubstring(fmt.Sprintf(
-			"stale epoch 1 for lock %s/%s: object already accepted epoch 2 (current holder W2, epoch 2)", ns, lock)))
+			"stale epoch %d for lock %s/%s: object already accepted epoch %d (current holder W2, epoch %d)", e1, ns, lock, e1+1, e1+1)))
 		Expect(configMapData(ns, lock)).To(Equal("v12 by W2"))
 
 		By("on a report W2 has not touched, policy current denies W1 and monotonic lets it through")
 		err = publish(ns, "report-2026-06", w1.Status.Epoch, "june again by W1")
 		Expect(err).To(HaveOccurred())
-		Expect(err.Error()).To(ContainSubstring("stale epoch 1 for lock " + ns + "/" + lock + ": it is not the lock's current epoch (current holder W2, epoch 2)"))
+		Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("stale epoch %d for lock %s/%s: it is not the lock's current epoch (current holder W2, epoch %d)", e1, ns, lock, e1+1)))
 		Expect(configMapData(ns, "report-2026-06")).To(Equal("june by W1"))
 		Expect(publish(ns, "report-2026-05", w1.Status.Epoch, "may again by W1")).To(Succeed())
 
@@ -87,9 +87,10 @@ var _ = Describe("Fencing admission", func() {
 		w1 := acquire(ns, "w1", lock, "W1", 300)
 		release(w1)
 		w2 := acquire(ns, "w2", lock, "W2", 300)
-		Expect(w2.Status.Epoch).To(Equal(int64(2)))
+		Expect(w2.Status.Epoch).To(Equal(w1.Status.Epoch + 1))
+		e1, e2 := epochString(w1.Status.Epoch), epochString(w2.Status.Epoch)
 
-		report := newReport(ns, "report-2026-07", lock, 2, "v12 by W2")
+		report := newReport(ns, "report-2026-07", lock, w2.Status.Epoch, "v12 by W2")
 		Expect(k8s.Create(ctx, report)).To(Succeed())
 		key := client.ObjectKeyFromObject(report)
 
@@ -115,12 +116,12 @@ var _ = Describe("Fencing admission", func() {
 			},
 		}
 		for _, how := range []string{"update", "json patch", "merge patch", "server-side apply"} {
-			err := stale[how]("1", "stale by W1 via "+how)
+			err := stale[how](e1, "stale by W1 via "+how)
 			Expect(err).To(HaveOccurred(), how)
-			Expect(err.Error()).To(ContainSubstring("stale epoch 1 for lock "+ns+"/"+lock+": object already accepted epoch 2"), how)
+			Expect(err.Error()).To(ContainSubstring("stale epoch "+e1+" for lock "+ns+"/"+lock+": object already accepted epoch "+e2), how)
 			Expect(bodyOf(ns, report.GetName())).NotTo(ContainSubstring("W1"), how)
 
-			Expect(stale[how]("2", "v13 by W2 via "+how)).To(Succeed(), how)
+			Expect(stale[how](e2, "v13 by W2 via "+how)).To(Succeed(), how)
 			Expect(bodyOf(ns, report.GetName())).To(Equal("v13 by W2 via "+how), how)
 		}
 		By("status is not content: a status update with no epoch passes")
@@ -134,21 +135,23 @@ var _ = Describe("Fencing admission", func() {
 		const rounds = 12
 		By(fmt.Sprintf("issuing %d epochs", 2*rounds))
 		var last *fkv1.FencedLease
+		var base int64
 		for i := 1; i <= 2*rounds; i++ {
 			if last != nil {
 				release(last)
 			}
 			last = acquire(ns, fmt.Sprintf("c%02d", i), lock, fmt.Sprintf("W%d", i), 300)
 			if i == 1 {
-				// Created under epoch 1 while it is current (a create is always checked as current).
+				base = last.Status.Epoch
+				// Created under the first epoch while it is current (a create is always checked as current).
 				// Old epochs from claims since released: this test is about
 				// ordering, so the object accepts them from any identity.
-				Expect(k8s.Create(ctx, fencedConfigMap(ns, "race", lock, 1, "epoch 1",
+				Expect(k8s.Create(ctx, fencedConfigMap(ns, "race", lock, base, fmt.Sprintf("epoch %d", base),
 					map[string]string{fkv1.AnnotationFencePolicy: fkv1.FencePolicyMonotonic,
 						fkv1.AnnotationFenceIdentity: fkv1.FenceIdentityAny}))).To(Succeed())
 			}
 		}
-		Expect(last.Status.Epoch).To(Equal(int64(2 * rounds)))
+		Expect(last.Status.Epoch).To(Equal(base + 2*rounds - 1))
 		history := watchConfigMaps(ns)
 		DeferCleanup(history.stop)
 
@@ -159,7 +162,7 @@ var _ = Describe("Fencing admission", func() {
 		for r := 1; r <= rounds; r++ {
 			var wg sync.WaitGroup
 			results := make([][]error, 2)
-			for i, e := range []int64{int64(2*r - 1), int64(2 * r)} {
+			for i, e := range []int64{base + int64(2*r-2), base + int64(2*r-1)} {
 				wg.Add(1)
 				go func() {
 					defer GinkgoRecover()
@@ -188,7 +191,7 @@ var _ = Describe("Fencing admission", func() {
 				return ""
 			}
 			return v[len(v)-1].Annotations[fkv1.AnnotationFencedEpoch]
-		}, 5*time.Second).Should(Equal(epochString(2 * rounds)))
+		}, 5*time.Second).Should(Equal(epochString(base + 2*rounds - 1)))
 		var prev int64
 		for _, cm := range history.versions("race") {
 			Expect(cm.Annotations).NotTo(HaveKey(fkv1.AnnotationEpoch), "a token was stored")
@@ -206,7 +209,7 @@ var _ = Describe("Fencing admission", func() {
 		Expect(k8s.Create(ctx, fencedConfigMap(ns, "r", lock, w.Status.Epoch, "v1", nil))).To(Succeed())
 		err := publish(ns, "r", w.Status.Epoch+1, "forged")
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
-		Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("epoch 2 for lock %s/%s was never issued: the last epoch issued is 1", ns, lock)))
+		Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("epoch %d for lock %s/%s was never issued: the last epoch issued is %d", w.Status.Epoch+1, ns, lock, w.Status.Epoch)))
 
 		noEpoch := fencedConfigMap(ns, "r2", lock, 1, "v1", nil)
 		delete(noEpoch.Annotations, fkv1.AnnotationEpoch)

@@ -35,6 +35,12 @@ type snapshot struct {
 	// floor is the highest epoch known from any source other than the Lease:
 	// claim statuses and this process's memory.
 	floor int64
+	// storageRevision is the live storage revision of the leases resource,
+	// read when the ledger is new (no epoch issued, or the counter lost): a
+	// new ledger's first epoch. Every epoch ever issued is below the revision
+	// at which its grant was written, so this start is above all of them,
+	// even when every record of the lock is gone.
+	storageRevision int64
 }
 
 // actionKind is what a reconcile does to the lock's Lease.
@@ -156,7 +162,7 @@ func decide(s snapshot) action {
 			// granted again; the waiters are told why.
 			a.exhausted = true
 		} else if next != nil {
-			a.kind, a.holder, a.epoch = actGrant, next, issued+1
+			a.kind, a.holder, a.epoch = actGrant, next, max(issued+1, s.storageRevision)
 			a.leaseDuration, a.requeueAfter = next.LeaseDurationSeconds(), next.LeaseDuration()
 			return a
 		}

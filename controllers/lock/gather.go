@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -63,7 +64,28 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 		epochs = append(epochs, c.Status.Epoch)
 	}
 	g.floor = r.floors.raise(lock, epochs...)
+	if (g.ledger.Epoch == 0 || !g.ledger.EpochValid) && nextWaiter(g.claims, g.ledger) != nil {
+		// A new ledger is about to grant: its epochs start at the storage
+		// revision, read live (one quorum list of one item, once per lock).
+		if g.storageRevision, err = r.storageRevision(ctx); err != nil {
+			return g, err
+		}
+	}
 	return g, nil
+}
+
+// storageRevision reads the current storage revision of the leases resource:
+// the resourceVersion of a live list, which etcd serves from a quorum read.
+func (r *Reconciler) storageRevision(ctx context.Context) (int64, error) {
+	var list coordinationv1.LeaseList
+	if err := r.apiReader.List(ctx, &list, client.Limit(1)); err != nil {
+		return 0, fmt.Errorf("reading the storage revision of leases: %w", err)
+	}
+	rev, err := strconv.ParseInt(list.ResourceVersion, 10, 64)
+	if err != nil || rev < 1 {
+		return 0, fmt.Errorf("the leases list resourceVersion %q is not a storage revision", list.ResourceVersion)
+	}
+	return rev, nil
 }
 
 // cacheBehindOwnWrites reports whether the cache has not yet seen a write

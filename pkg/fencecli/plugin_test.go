@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,7 +53,7 @@ while true; do sleep 0.1; done`
 		go func() { done <- run.Wait() }()
 
 		Eventually(func() string { b, _ := os.ReadFile(filepath.Join(dir, "env.txt")); return string(b) }, 30*time.Second).
-			Should(MatchRegexp(`^1 report-2026-07 W1 report-2026-07-[0-9a-f]{12}\n$`))
+			Should(MatchRegexp(`^[1-9][0-9]* report-2026-07 W1 report-2026-07-[0-9a-f]{12}\n$`))
 		Expect(claimsIn(ns)).To(HaveLen(1))
 
 		By("status shows the holder and the queue")
@@ -61,7 +63,7 @@ while true; do sleep 0.1; done`
 		Eventually(func() string {
 			out, _ := fence(ns, "status", "report-2026-07").Output()
 			return string(out)
-		}, 10*time.Second).Should(MatchRegexp(`report-2026-07\s+W1\s+1\s+~\d+s\s+1 waiting \[W2\]`))
+		}, 10*time.Second).Should(MatchRegexp(`report-2026-07\s+W1\s+[1-9][0-9]*\s+~\d+s\s+1 waiting \[W2\]`))
 
 		By("the lease is lost: someone deletes the claim")
 		Expect(admin.DeleteAllOf(ctx, &fkv1.FencedLease{}, client.InNamespace(ns), client.MatchingFields{"metadata.name": claimsIn(ns)[0].Name})).To(Succeed())
@@ -76,7 +78,8 @@ while true; do sleep 0.1; done`
 	})
 
 	It("releases the lock when CMD exits and passes its exit code through", func() {
-		run := fence(ns, "run", "batch", "--holder", "job-1", "--", "sh", "-c", "test \"$FENCEKEEPER_EPOCH\" = 1 && exit 3")
+		run := fence(ns, "run", "batch", "--holder", "job-1", "--", "sh", "-c", "echo $FENCEKEEPER_EPOCH > first.txt; test -n \"$FENCEKEEPER_EPOCH\" && exit 3")
+		run.Dir = dir
 		err := run.Run()
 		Expect(err).To(HaveOccurred())
 		var ee *exec.ExitError
@@ -84,15 +87,20 @@ while true; do sleep 0.1; done`
 		Expect(ee.ExitCode()).To(Equal(3))
 		Eventually(func() []fkv1.FencedLease { return claimsIn(ns) }, 10*time.Second).Should(BeEmpty())
 
+		first, err := os.ReadFile(filepath.Join(dir, "first.txt"))
+		Expect(err).NotTo(HaveOccurred())
+		e1, err := strconv.ParseInt(strings.TrimSpace(string(first)), 10, 64)
+		Expect(err).NotTo(HaveOccurred())
 		out, err := fence(ns, "run", "batch", "--holder", "job-2", "--", "sh", "-c", "echo epoch=$FENCEKEEPER_EPOCH").Output()
 		Expect(err).NotTo(HaveOccurred())
-		Expect(string(out)).To(Equal("epoch=2\n"))
+		Expect(string(out)).To(Equal(fmt.Sprintf("epoch=%d\n", e1+1)))
 	})
 
 	It("acquires and prints the epoch, as JSON too, and releases by claim name", func() {
 		out, err := fence(ns, "acquire", "report", "--holder", "W1", "--ttl", "60s").Output()
 		Expect(err).NotTo(HaveOccurred())
-		Expect(strings.TrimSpace(string(out))).To(Equal("1"))
+		e1, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+		Expect(err).NotTo(HaveOccurred(), "acquire prints the epoch")
 
 		By("a second holder times out in the queue and leaves it")
 		cmd := fence(ns, "acquire", "report", "--holder", "W2", "--wait", "1s")
@@ -111,7 +119,7 @@ while true; do sleep 0.1; done`
 		Expect(err).NotTo(HaveOccurred())
 		var r map[string]any
 		Expect(json.Unmarshal(out, &r)).To(Succeed())
-		Expect(r).To(HaveKeyWithValue("epoch", BeNumerically("==", 2)))
+		Expect(r).To(HaveKeyWithValue("epoch", BeNumerically("==", e1+1)))
 		Expect(r).To(HaveKeyWithValue("holder", "W3"))
 	})
 
