@@ -158,7 +158,7 @@ var _ = Describe("Pod-held leases", func() {
 			}
 		}
 
-		By("the holder's containers stop being ready: after its 2s TTL another pod holds epoch 2")
+		By("the holder's containers stop being ready: after its 2s TTL another pod holds the next epoch")
 		unreadyAt := time.Now()
 		setReady(byName[h0], false)
 		Eventually(func() []string {

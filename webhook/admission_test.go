@@ -47,13 +47,13 @@ var _ = Describe("Fencing admission", func() {
 		Expect(k8s.Create(ctx, fencedConfigMap(ns, "report-2026-05", lock, w1.Status.Epoch, "may by W1",
 			map[string]string{fkv1.AnnotationFencePolicy: fkv1.FencePolicyMonotonic}))).To(Succeed())
 
-		By("W1 pauses (no renewals); its lease expires and W2 takes over with epoch 2")
+		By("W1 pauses (no renewals); its lease expires and W2 takes over with the next epoch")
 		w2 := acquire(ns, "w2", lock, "W2", 300)
 		Expect(w2.Status.Epoch).To(Equal(e1 + 1))
 		waitPhase(w1, fkv1.PhaseExpired)
 		Expect(publish(ns, lock, w2.Status.Epoch, "v12 by W2")).To(Succeed())
 
-		By("W1 resumes and publishes its old result with epoch 1")
+		By("W1 resumes and publishes its old result with its old epoch")
 		err := publish(ns, lock, w1.Status.Epoch, "v11' by W1")
 		Expect(err).To(HaveOccurred())
 		Expect(apierrors.IsConflict(err)).To(BeTrue(), "a stale epoch is a 409 Conflict: %v", err)
