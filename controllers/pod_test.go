@@ -185,6 +185,29 @@ var _ = Describe("Pod-held leases", func() {
 		Eventually(stateOf(ns, h0), 10*time.Second).Should(Equal("Held/4"))
 	})
 
+	It("grants only a ready pod: waiters still starting keep their place, and the first ready one gets the first epoch and keeps it", func() {
+		var pods []*corev1.Pod
+		for i := 0; i < 3; i++ {
+			pods = append(pods, leasePod(ns, fmt.Sprintf("starting-%d", i), "batch", "2", false))
+		}
+		By("nobody is ready: nobody is granted, even after a TTL")
+		Consistently(func() []string { return holders(ns, pods) }, 3*time.Second).Should(BeEmpty())
+
+		By("the second pod is ready first: it is granted the lock's first epoch")
+		setReady(pods[1], true)
+		Eventually(stateOf(ns, pods[1].Name), 10*time.Second).Should(Equal("Held/1"))
+		Expect(*getLease(ns, "batch").Spec.LeaseTransitions).To(Equal(int32(1)), "an earlier grant went to a pod that was not ready")
+		By("the first pod becomes ready: the holder keeps the lock and its epoch past the TTL")
+		setReady(pods[0], true)
+		Consistently(stateOf(ns, pods[1].Name), 4*time.Second).Should(Equal("Held/1"))
+		Expect(stateOf(ns, pods[0].Name)()).To(Equal("Pending/"))
+
+		By("the holder goes: the waiter at the head of the queue, now ready, is next")
+		Expect(k8s.Delete(ctx, pods[1])).To(Succeed())
+		Eventually(stateOf(ns, pods[0].Name), 10*time.Second).Should(Equal("Held/2"))
+		Expect(stateOf(ns, pods[2].Name)()).To(Equal("Pending/"))
+	})
+
 	It("releases at once when a pod starts terminating (grace period) and when its annotation is removed", func() {
 		onNode := func(p *corev1.Pod) { p.Spec.NodeName = "node-1" } // graceful deletion needs a node
 		a := leasePod(ns, "a", "job", "300", true, onNode)

@@ -28,6 +28,10 @@ type snapshot struct {
 	// holderPod is the liveness of the pod the holder claim was made for
 	// (pods.NotAPod for a claim that renews the Lease itself).
 	holderPod pods.Liveness
+	// waiterPods is the liveness of the pods that waiting pod claims were
+	// made for, in queue order up to the first waiter that can be granted: a
+	// pod is granted only once its containers are ready.
+	waiterPods map[types.UID]pods.Liveness
 	// renewSeenAt is when this controller first observed the current
 	// renewal signal (the holder's renewTime, or its pod's liveness).
 	renewSeenAt time.Time
@@ -157,7 +161,7 @@ func decide(s snapshot) action {
 
 	if a.holder == nil {
 		// The ended holder is never a waiter: grantable skips the Lease's holder.
-		if next := nextWaiter(s.claims, s.ledger); next != nil && issued == math.MaxInt64 {
+		if next := nextReadyWaiter(s.claims, s.ledger, s.waiterPods); next != nil && issued == math.MaxInt64 {
 			// Every epoch has been issued: granting would wrap. Nobody is
 			// granted again; the waiters are told why.
 			a.exhausted = true
@@ -186,20 +190,29 @@ func grantable(c *fkv1.FencedLease, l fkv1.Ledger) bool {
 	return c.UID != l.HolderUID && c.UID != l.PreviousUID
 }
 
-// nextWaiter is the first grantable claim in FIFO order: creationTimestamp,
+// nextReadyWaiter is the first waiter in FIFO order that can hold the lock
+// now: a pod claim whose pod is not ready (still pulling its image, say)
+// keeps its place and is passed over.
+func nextReadyWaiter(claims []*fkv1.FencedLease, l fkv1.Ledger, waiterPods map[types.UID]pods.Liveness) *fkv1.FencedLease {
+	for _, c := range waitingInOrder(claims, l) {
+		if live, ok := waiterPods[c.UID]; !ok || live == pods.Live || live == pods.NotAPod {
+			return c
+		}
+	}
+	return nil
+}
+
+// waitingInOrder are the grantable claims in FIFO order: creationTimestamp,
 // then name.
-func nextWaiter(claims []*fkv1.FencedLease, l fkv1.Ledger) *fkv1.FencedLease {
+func waitingInOrder(claims []*fkv1.FencedLease, l fkv1.Ledger) []*fkv1.FencedLease {
 	var waiting []*fkv1.FencedLease
 	for _, c := range claims {
 		if grantable(c, l) {
 			waiting = append(waiting, c)
 		}
 	}
-	if len(waiting) == 0 {
-		return nil
-	}
 	sortFIFO(waiting)
-	return waiting[0]
+	return waiting
 }
 
 func sortFIFO(claims []*fkv1.FencedLease) {

@@ -64,7 +64,10 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 		epochs = append(epochs, c.Status.Epoch)
 	}
 	g.floor = r.floors.raise(lock, epochs...)
-	if (g.ledger.Epoch == 0 || !g.ledger.EpochValid) && nextWaiter(g.claims, g.ledger) != nil {
+	if g.waiterPods, err = r.waiterPods(ctx, lock.Namespace, g.claims, g.ledger); err != nil {
+		return g, err
+	}
+	if (g.ledger.Epoch == 0 || !g.ledger.EpochValid) && nextReadyWaiter(g.claims, g.ledger, g.waiterPods) != nil {
 		// A new ledger is about to grant: its epochs start at the storage
 		// revision, read live (one quorum list of one item, once per lock).
 		if g.storageRevision, err = r.storageRevision(ctx); err != nil {
@@ -72,6 +75,27 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 		}
 	}
 	return g, nil
+}
+
+// waiterPods reads, from the pod cache, the liveness of the pods waiting pod
+// claims were made for, in queue order, up to the first waiter that could
+// be granted (so a long queue costs a read only for its head).
+func (r *Reconciler) waiterPods(ctx context.Context, ns string, claims []*fkv1.FencedLease, led fkv1.Ledger) (map[types.UID]pods.Liveness, error) {
+	var out map[types.UID]pods.Liveness
+	for _, c := range waitingInOrder(claims, led) {
+		live, err := r.holderPod(ctx, ns, c)
+		if err != nil {
+			return nil, err
+		}
+		if live == pods.NotAPod || live == pods.Live {
+			break
+		}
+		if out == nil {
+			out = map[types.UID]pods.Liveness{}
+		}
+		out[c.UID] = live
+	}
+	return out, nil
 }
 
 // storageRevision reads the current storage revision of the leases resource:
@@ -180,8 +204,8 @@ func (r *Reconciler) confirmHolder(ctx context.Context, lock types.NamespacedNam
 	return claims, nil
 }
 
-// holderPod reads the liveness of the pod the holder claim was made for,
-// from the (stripped) pod cache.
+// holderPod reads the liveness of the pod a claim (the holder, or a waiter)
+// was made for, from the (stripped) pod cache.
 func (r *Reconciler) holderPod(ctx context.Context, ns string, holder *fkv1.FencedLease) (pods.Liveness, error) {
 	if holder == nil {
 		return pods.NotAPod, nil
