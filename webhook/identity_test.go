@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"fmt"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -103,7 +104,7 @@ var _ = Describe("Identity binding", func() {
 				return 0
 			}
 			return claims.Items[0].Status.Epoch
-		}, 30e9).ShouldNot(BeZero())
+		}, 30*time.Second).ShouldNot(BeZero())
 		claim := claims.Items[0]
 		Expect(claim.Annotations).To(HaveKeyWithValue(fkv1.AnnotationCreatedByPodUID, string(holder.UID)))
 		epoch := claim.Status.Epoch

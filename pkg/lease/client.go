@@ -148,6 +148,9 @@ func (c *Client) Acquire(ctx context.Context, lock, holder string, opts Options)
 	// Anchor the safe time on a renewal we send now: the grant itself may
 	// have happened long before we saw it.
 	if err := l.start(ctx); err != nil {
+		// Granted but never renewed: give the claim up rather than leave it
+		// to block the lock for a TTL and then stay Expired forever.
+		c.leaveQueue(claim, opts.RequestTimeout)
 		return nil, err
 	}
 	return l, nil

@@ -151,6 +151,15 @@ var _ = Describe("Holder library", func() {
 		Expect(final.Data["v"]).To(Equal("v11 by W1"))
 	})
 
+	It("leaves no claim behind when the first renewal after the grant fails", func() {
+		holder, f, _ := holderClient(ns)
+		f.set(func(f *faults) { f.block = []rule{{method: http.MethodPut, path: "/leases/"}} })
+		_, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 30 * time.Second, RequestID: "first-renewal"})
+		Expect(err).To(HaveOccurred())
+		Expect(errors.Is(err, lease.ErrLost)).To(BeTrue(), "%v", err)
+		Eventually(func() []fkv1.FencedLease { return claims(ns) }, 10*time.Second).Should(BeEmpty(), "the granted claim was left behind")
+	})
+
 	It("reports LOST on its own clock when renewals hang, never after the authority's next grant", func() {
 		holder, f, _ := holderClient(ns)
 		lost := make(chan time.Time, 1)

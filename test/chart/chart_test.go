@@ -171,7 +171,9 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		claim := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1"},
 			Spec: fkv1.FencedLeaseSpec{LockName: "report", HolderIdentity: "W1", LeaseDurationSeconds: ptr.To(int32(300))}}
-		Expect(admin.Create(ctx, claim)).To(Succeed())
+		// The claim-identity policy needs the CRD's schema, which the
+		// apiserver publishes a moment after the CRD is installed.
+		Eventually(func() error { return admin.Create(ctx, claim) }, 20*time.Second).Should(Succeed())
 		Eventually(func() int64 {
 			_ = admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)
 			return claim.Status.Epoch
