@@ -92,6 +92,11 @@ var _ = Describe("Identity binding", func() {
 				p.Annotations = map[string]string{fkv1.AnnotationLease: lock}
 			}
 			Expect(k8s.Create(ctx, p)).To(Succeed())
+			// Play the kubelet: Running with its containers ready (a pod is
+			// granted only once they are).
+			p.Status.Phase = corev1.PodRunning
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+			Expect(k8s.Status().Update(ctx, p)).To(Succeed())
 			return p
 		}
 		holder, other := pod("worker-0", true), pod("worker-1", false)
