@@ -66,6 +66,10 @@ var goals = []goal{
 		cmp: atMost, limit: 1.3, target: "p99 <= %gx unguarded"},
 	{figure: "webhook_handler_mean_ms", value: func(r report) string { return fmt.Sprintf("%.3f", r.WebhookHandlerMeanMS) },
 		target: "(where the guarded cost goes)"},
+	{figure: "stale_refused_after_release_ms", value: latOf(func(r report) latency { return r.StaleRefusedAfterReleaseMS }),
+		target: "(reported: release -> the old epoch refused)"},
+	{figure: "current_staleness_window_ms", value: latOf(func(r report) latency { return r.CurrentStalenessWindowMS }),
+		target: "(reported: refusal minus the new holder seen Held; <= 0 is no window)"},
 	{figure: "rss_mib_10k", key: "rss_mib_over_150",
 		value: func(r report) string {
 			return fmt.Sprintf("%.1f MiB (%d claims / %d locks, correct=%v)", r.RSSMiB10k, r.ScaleClaims, r.ScaleLocks, r.ScaleCorrect)

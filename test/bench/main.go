@@ -144,6 +144,12 @@ func run(quick bool, p params) error {
 	r.WebhookHandlerMeanMS = round2(cl.handlerMeanMS())
 	done()
 
+	done = step("current staleness window: the old holder's epoch after a handoff")
+	if r.StaleRefusedAfterReleaseMS, r.CurrentStalenessWindowMS, err = measureStaleness(ctx, c, p.grantN); err != nil {
+		return err
+	}
+	done()
+
 	done = step(fmt.Sprintf("scale: %d claims over %d locks (CPU profile during it)", p.scaleClaims, p.scaleLocks))
 	_ = os.MkdirAll(".bench", 0o755)
 	profDone := make(chan error, 1)

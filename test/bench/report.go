@@ -32,6 +32,8 @@ type report struct {
 	GuardedUpdateMS             latency            `json:"guarded_update_ms"`
 	UnguardedUpdateMS           latency            `json:"unguarded_update_ms"`
 	WebhookHandlerMeanMS        float64            `json:"webhook_handler_mean_ms"`
+	StaleRefusedAfterReleaseMS  latency            `json:"stale_refused_after_release_ms"`
+	CurrentStalenessWindowMS    latency            `json:"current_staleness_window_ms"`
 	RSSMiB10k                   float64            `json:"rss_mib_10k"`
 	ScaleClaims                 int                `json:"scale_claims"`
 	ScaleLocks                  int                `json:"scale_locks"`
