@@ -110,11 +110,10 @@ func FencingWebhookConfiguration(o ConfigOptions) *admissionregistrationv1.Mutat
 	if cc.Service != nil && cc.Service.Path == nil {
 		cc.Service.Path = ptr.To(FencingPath)
 	}
-	return &admissionregistrationv1.MutatingWebhookConfiguration{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
-		ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-fencing", Labels: map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue}},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    FencingWebhookName,
+	// Both webhooks fail closed and are never reinvoked (see above).
+	hook := func(name string, rules []admissionregistrationv1.RuleWithOperations) admissionregistrationv1.MutatingWebhook {
+		return admissionregistrationv1.MutatingWebhook{
+			Name:                    name,
 			ClientConfig:            cc,
 			Rules:                   rules,
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
@@ -123,26 +122,22 @@ func FencingWebhookConfiguration(o ConfigOptions) *admissionregistrationv1.Mutat
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			TimeoutSeconds:          ptr.To(timeout),
 			AdmissionReviewVersions: []string{"v1"},
-			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: fkv1.LabelLock, Operator: metav1.LabelSelectorOpExists,
-			}}},
-			NamespaceSelector: excluded(o.ExcludedNamespaces),
-		}, {
-			// The scale subresource's objects (autoscaling/v1 Scale) carry no
-			// labels, so no objectSelector can pick the fenced ones: every
-			// scale of a guarded kind is sent, and the handler reads the
-			// object to see whether it is fenced.
-			Name:                    ScaleWebhookName,
-			ClientConfig:            cc,
-			Rules:                   scaleRules,
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-			ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			TimeoutSeconds:          ptr.To(timeout),
-			AdmissionReviewVersions: []string{"v1"},
 			NamespaceSelector:       excluded(o.ExcludedNamespaces),
-		}},
+		}
+	}
+	fenced := hook(FencingWebhookName, rules)
+	fenced.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: fkv1.LabelLock, Operator: metav1.LabelSelectorOpExists,
+	}}}
+	// The scale subresource's objects (autoscaling/v1 Scale) carry no labels,
+	// so no objectSelector can pick the fenced ones: every scale of a guarded
+	// kind is sent, and the handler reads the object to see whether it is
+	// fenced.
+	scale := hook(ScaleWebhookName, scaleRules)
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-fencing", Labels: map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue}},
+		Webhooks:   []admissionregistrationv1.MutatingWebhook{fenced, scale},
 	}
 }
 
