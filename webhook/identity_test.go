@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/controllers/podlease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
 
@@ -137,6 +139,41 @@ var _ = Describe("Identity binding", func() {
 		err = merge(k8s, lock, epoch, "v1 by admin")
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
 		Expect(configMapData(ns, lock)).To(Equal("v1 by worker-0"))
+	})
+})
+
+var _ = Describe("Identity binding of pod claims", func() {
+	It("does not let a user squat on a pod's claim name: the bridge replaces it with the pod's own claim", func() {
+		ns := newNamespace()
+		mgr := startManager()
+		DeferCleanup(func() { Expect(mgr.Stop()).To(Succeed()) })
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "victim"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app"}}}}
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+		Expect(k8s.Status().Update(ctx, p)).To(Succeed())
+
+		By("mallory creates a claim under the name the bridge will use, with a forged pod owner")
+		name := podlease.PodClaimName(p, "lk")
+		squat := newClaimObj(ns, name, "lk", "victim", 300)
+		squat.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID, Controller: ptr.To(true)}}
+		Expect(userClient("mallory").Create(ctx, squat)).To(Succeed())
+		Expect(squat.Annotations).To(HaveKeyWithValue(fkv1.AnnotationCreatedBy, "mallory"))
+
+		By("the pod asks for the lock: its claim is the bridge's, bound to the pod")
+		Expect(k8s.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"fencekeeper.io/lease":"lk"}}}`)))).To(Succeed())
+		Eventually(func() map[string]string {
+			var c fkv1.FencedLease
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil || c.Status.Phase != fkv1.PhaseHeld {
+				return nil
+			}
+			return c.Annotations
+		}, 30*time.Second).Should(And(HaveKeyWithValue(fkv1.AnnotationCreatedBy, ""), HaveKeyWithValue(fkv1.AnnotationCreatedByPodUID, string(p.UID))))
+		var l coordinationv1.Lease
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lk"}, &l)).To(Succeed())
+		Expect(l.Annotations).NotTo(HaveKeyWithValue(fkv1.AnnotationHolderUser, "mallory"))
+		Expect(l.Annotations).To(HaveKeyWithValue(fkv1.AnnotationHolderPodUID, string(p.UID)))
 	})
 })
 

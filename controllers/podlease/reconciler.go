@@ -110,7 +110,8 @@ func (r *Reconciler) deleteClaims(ctx context.Context, ns, name string, uid type
 	}
 	for i := range claims {
 		c := &claims[i]
-		if keep != "" && pods.OwnerRef(c).UID == uid && c.Spec.LockName == keep && (c.Status.Phase != fkv1.PhaseExpired || !retry) {
+		if keep != "" && pods.OwnerRef(c).UID == uid && c.Spec.LockName == keep && (c.Status.Phase != fkv1.PhaseExpired || !retry) &&
+			madeForUID(c, uid) {
 			continue
 		}
 		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
@@ -121,12 +122,42 @@ func (r *Reconciler) deleteClaims(ctx context.Context, ns, name string, uid type
 	return nil
 }
 
+func madeForUID(c *fkv1.FencedLease, uid types.UID) bool {
+	return madeFor(c, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}})
+}
+
+// madeFor reports whether claim is the one the bridge made for pod: owned by
+// the pod and, where the apiserver records who creates claims, bound to the
+// pod rather than to a user (only the manager's claims for pods are).
+func madeFor(claim *fkv1.FencedLease, pod *corev1.Pod) bool {
+	ref := pods.OwnerRef(claim)
+	if ref == nil || ref.UID != pod.UID {
+		return false
+	}
+	createdBy, recorded := claim.Annotations[fkv1.AnnotationCreatedBy]
+	if !recorded {
+		return true // no claim-identity policy installed: nothing binds it to anyone
+	}
+	return createdBy == "" && claim.Annotations[fkv1.AnnotationCreatedByPodUID] == string(pod.UID)
+}
+
 func (r *Reconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, lock string, ttl int32) (*fkv1.FencedLease, error) {
 	name := PodClaimName(pod, lock)
 	var claim fkv1.FencedLease
 	err := r.client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, &claim)
-	if err == nil {
+	if err == nil && madeFor(&claim, pod) {
 		return &claim, nil
+	}
+	if err == nil {
+		// Someone else created a claim under this pod's claim name: it is not
+		// the pod's (another identity would hold the pod's epoch). Give the
+		// name back; the next reconcile creates the pod's own claim.
+		log.FromContext(ctx).Info("deleting a claim squatting on a pod's claim name", "claim", claim.Name,
+			"createdBy", claim.Annotations[fkv1.AnnotationCreatedBy])
+		if err := r.client.Delete(ctx, &claim, client.Preconditions{UID: &claim.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("deleting claim %s/%s not made for pod %s: %w", claim.Namespace, claim.Name, pod.Name, err)
+		}
+		return nil, fmt.Errorf("claim %s/%s was not made for pod %s; deleted, will retry", claim.Namespace, claim.Name, pod.Name)
 	}
 	if !apierrors.IsNotFound(err) {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
@@ -96,4 +97,20 @@ func TestPodClaimName(t *testing.T) {
 	q := p.DeepCopy()
 	q.UID = "another-pod"
 	g.Expect(PodClaimName(q, "report-2026-07")).NotTo(Equal(name), "a re-created pod gets a new claim")
+}
+
+func TestMadeForRefusesAClaimSquattingOnThePodsName(t *testing.T) {
+	g := NewWithT(t)
+	pod := leasePod(nil)
+	own := func(ann map[string]string) *fkv1.FencedLease {
+		c := podClaim(fkv1.PhasePending, 0)
+		c.Annotations = ann
+		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: ptr.To(true)}}
+		return c
+	}
+	g.Expect(madeFor(own(map[string]string{fkv1.AnnotationCreatedBy: "", fkv1.AnnotationCreatedByPodUID: string(pod.UID)}), pod)).To(BeTrue(), "the bridge's claim")
+	g.Expect(madeFor(own(nil), pod)).To(BeTrue(), "no claim-identity policy: nothing recorded")
+	g.Expect(madeFor(own(map[string]string{fkv1.AnnotationCreatedBy: "mallory", fkv1.AnnotationCreatedByPodUID: ""}), pod)).To(BeFalse(), "a user's claim with a forged owner")
+	g.Expect(madeFor(own(map[string]string{fkv1.AnnotationCreatedBy: "", fkv1.AnnotationCreatedByPodUID: "another-pod"}), pod)).To(BeFalse())
+	g.Expect(madeFor(podClaim(fkv1.PhasePending, 0), pod)).To(BeFalse(), "not owned by the pod")
 }
