@@ -264,12 +264,18 @@ func (h *FencingHandler) binding(ctx context.Context, state fencing.LockState, e
 	if err := h.Cache.List(ctx, &claims, client.InNamespace(state.Namespace), client.MatchingFields{fkv1.IndexLockName: state.Name}); err != nil {
 		return fencing.Binding{}, fmt.Errorf("listing the claims of lock %s: %w", state, err)
 	}
+	var found []fencing.Binding
 	for _, c := range claims.Items {
 		if c.Status.Epoch == epoch {
-			return fencing.Binding{User: c.Annotations[fkv1.AnnotationCreatedBy], PodUID: c.Annotations[fkv1.AnnotationCreatedByPodUID], Known: true}, nil
+			found = append(found, fencing.Binding{User: c.Annotations[fkv1.AnnotationCreatedBy], PodUID: c.Annotations[fkv1.AnnotationCreatedByPodUID], Known: true})
 		}
 	}
-	return fencing.Binding{}, nil
+	if len(found) != 1 {
+		// Gone, or claimed by two (a status written by hand): the holder of
+		// the epoch is not known, and CheckIdentity refuses.
+		return fencing.Binding{}, nil
+	}
+	return found[0], nil
 }
 
 func extraOf[V ~[]string](m map[string]V) map[string][]string {

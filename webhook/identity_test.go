@@ -79,6 +79,33 @@ var _ = Describe("Identity binding", func() {
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
 	})
 
+	It("checks an older epoch against the claim that held it, and refuses when that is ambiguous", func() {
+		w1 := acquire(ns, "w1", lock, "W1", 1) // expires: its claim stays, Expired, with its epoch
+		Expect(k8s.Create(ctx, fencedConfigMap(ns, lock, lock, w1.Status.Epoch, "v1 by W1",
+			map[string]string{fkv1.AnnotationFencePolicy: fkv1.FencePolicyMonotonic}))).To(Succeed())
+		w2 := acquire(ns, "w2", lock, "W2", 300)
+		Expect(w2.Status.Epoch).To(BeNumerically(">", w1.Status.Epoch))
+		waitPhase(w1, fkv1.PhaseExpired)
+
+		By("under monotonic, the old epoch is checked against its claim: its creator passes, another user does not")
+		Expect(merge(k8s, lock, w1.Status.Epoch, "v2 by W1")).To(Succeed())
+		err := merge(userClient("mallory"), lock, w1.Status.Epoch, "v2 by mallory")
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+
+		By("a second claim's status is written by hand to show the same epoch: the holder is no longer known")
+		decoy := newClaimObj(ns, "decoy", lock, "M", 300)
+		Expect(userClient("mallory").Create(ctx, decoy)).To(Succeed())
+		Eventually(func() fkv1.FencedLeasePhase {
+			_ = k8s.Get(ctx, client.ObjectKeyFromObject(decoy), decoy)
+			return decoy.Status.Phase
+		}, 10*time.Second).Should(Equal(fkv1.PhasePending))
+		p := fmt.Sprintf(`{"status":{"epoch":%d}}`, w1.Status.Epoch)
+		Expect(k8s.Status().Patch(ctx, decoy, client.RawPatch(types.MergePatchType, []byte(p)))).To(Succeed())
+		Eventually(func() error { return merge(k8s, lock, w1.Status.Epoch, "v3 by W1") }, 5*time.Second).
+			Should(MatchError(ContainSubstring("cannot be checked")))
+		Expect(configMapData(ns, lock)).To(Equal("v2 by W1"))
+	})
+
 	It("binds a pod's claim to the pod: only a token bound to that pod presents its epoch", func() {
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker"}}
 		Expect(k8s.Create(ctx, sa)).To(Succeed())

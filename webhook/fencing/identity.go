@@ -59,7 +59,7 @@ func CheckIdentity(lock LockState, epoch int64, who Identity, bound Binding) Dec
 	lockRef := lock.String()
 	if !bound.Known {
 		return deny(http.StatusForbidden, fkv1.AdmissionIdentityMismatch, epoch,
-			"epoch %d of lock %s: the claim that held it is gone, so the writer's identity cannot be checked "+
+			"epoch %d of lock %s: the claim that held it is gone (or two claims show it), so the writer's identity cannot be checked "+
 				"(objects that accept old epochs from anyone carry %s: %s)", epoch, lockRef, fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)
 	}
 	userOK := bound.User == "" || bound.User == who.User
