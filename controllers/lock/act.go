@@ -83,8 +83,14 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	if a.end == holderExpired {
 		in.expiredUID = string(a.endedUID)
 	}
-	r.views.set(lock, View{HeldEpoch: in.ledger.HeldEpoch(), Floor: r.floors.raise(lock),
-		deadline: g.now.Add(a.requeueAfter)})
+	if a.kind == actGrant || g.renewWatched {
+		r.views.set(lock, View{HeldEpoch: in.ledger.HeldEpoch(), Floor: r.floors.raise(lock),
+			deadline: g.now.Add(a.requeueAfter)})
+	} else {
+		// Just started (or resumed): the holder's fresh TTL here is for
+		// expiry only; the webhook must read live until a renewal is seen.
+		r.views.set(lock, View{})
+	}
 	if err := r.syncStatuses(ctx, endedFirst(g.claims, in.ledger), in); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -33,6 +33,11 @@ type renewClock struct {
 type observed struct {
 	signal renewal
 	at     time.Time
+	// firstSight is true when at is merely when this process first looked
+	// (after a start, or a pause it cannot tell from one), not when it saw
+	// the signal change: fine for expiry (late, never early), but no proof
+	// the holder is alive now.
+	firstSight bool
 }
 
 func newRenewClock(c clock.PassiveClock) *renewClock {
@@ -40,16 +45,17 @@ func newRenewClock(c clock.PassiveClock) *renewClock {
 }
 
 // observe records the lock's current renewal signal and returns when this
-// controller first saw it.
-func (c *renewClock) observe(lock types.NamespacedName, signal renewal) time.Time {
+// controller first saw it, and whether that was a change it watched happen
+// (rather than its first look at the lock).
+func (c *renewClock) observe(lock types.NamespacedName, signal renewal) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o, ok := c.seen[lock]
 	if !ok || o.signal != signal {
-		o = observed{signal: signal, at: c.clock.Now()}
+		o = observed{signal: signal, at: c.clock.Now(), firstSight: !ok}
 		c.seen[lock] = o
 	}
-	return o.at
+	return o.at, !o.firstSight
 }
 
 func (c *renewClock) now() time.Time { return c.clock.Now() }

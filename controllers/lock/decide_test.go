@@ -216,19 +216,22 @@ func TestRenewClockUsesItsOwnClock(t *testing.T) {
 	fc := &fakeClock{now: t0}
 	c := newRenewClock(fc)
 	lock := types.NamespacedName{Namespace: "reports", Name: "report-2026-07"}
-	seen := c.observe(lock, renewal{holderUID: "uid-w1", renewTime: "09:00:00"})
+	seen, watched := c.observe(lock, renewal{holderUID: "uid-w1", renewTime: "09:00:00"})
+	if watched {
+		t.Fatal("a first look counts as a watched renewal: a restarted or resumed authority would vouch for a holder it never saw renew")
+	}
 	fc.now = fc.now.Add(20 * time.Second)
-	if got := c.observe(lock, renewal{holderUID: "uid-w1", renewTime: "09:00:00"}); !got.Equal(seen) {
-		t.Fatalf("unchanged renewTime moved the observation to %v", got)
+	if got, watched := c.observe(lock, renewal{holderUID: "uid-w1", renewTime: "09:00:00"}); !got.Equal(seen) || watched {
+		t.Fatalf("unchanged renewTime moved the observation to %v (watched %v)", got, watched)
 	}
 	// A renewTime written with a clock far in the past or future counts only
 	// as "changed": the observation is our own now.
-	if got := c.observe(lock, renewal{holderUID: "uid-w1", renewTime: "1999-01-01T00:00:00Z"}); !got.Equal(fc.now) {
-		t.Fatalf("observation = %v, want our now %v", got, fc.now)
+	if got, watched := c.observe(lock, renewal{holderUID: "uid-w1", renewTime: "1999-01-01T00:00:00Z"}); !got.Equal(fc.now) || !watched {
+		t.Fatalf("observation = %v (watched %v), want our now %v, watched", got, watched, fc.now)
 	}
 	// A pod holder's liveness changing is a new observation too.
 	fc.now = fc.now.Add(time.Second)
-	if got := c.observe(lock, renewal{holderUID: "uid-w1", pod: pods.NotLive}); !got.Equal(fc.now) {
+	if got, _ := c.observe(lock, renewal{holderUID: "uid-w1", pod: pods.NotLive}); !got.Equal(fc.now) {
 		t.Fatalf("pod liveness change not observed: %v", got)
 	}
 }

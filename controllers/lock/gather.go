@@ -26,6 +26,10 @@ type gathered struct {
 	// process made to the Lease or a claim: deciding now would only lose a
 	// resourceVersion race, so the reconcile waits for the cache.
 	cacheBehind bool
+	// renewWatched is true when this process watched the holder's current
+	// renewal signal appear (not merely found it on its first look): only
+	// then can it vouch to the webhook that the holder is alive.
+	renewWatched bool
 }
 
 // gather reads the lock's claims and Lease from the informer cache, reading
@@ -57,7 +61,7 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 		if g.holderPod == pods.NotAPod && g.lease.Spec.RenewTime != nil {
 			signal.renewTime = g.lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
 		}
-		g.renewSeenAt = r.clock.observe(lock, signal)
+		g.renewSeenAt, g.renewWatched = r.clock.observe(lock, signal)
 	}
 	epochs := []int64{g.ledger.Epoch}
 	for _, c := range g.claims {
