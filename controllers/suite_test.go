@@ -40,9 +40,6 @@ func TestControllers(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	if envtestutil.UnitOnly() {
-		Skip("needs the control plane; " + envtestutil.UnitOnlyEnv + " is set")
-	}
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	var err error
 	testEnv, err = envtestutil.New()

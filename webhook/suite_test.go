@@ -37,9 +37,6 @@ func TestAdmission(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	if envtestutil.UnitOnly() {
-		Skip("needs the control plane; " + envtestutil.UnitOnlyEnv + " is set")
-	}
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	env, err := envtestutil.StartAdmissionEnv(ctx, []string{"configmaps", "reports.reports.example.com/v1"},
 		filepath.Join(envtestutil.RepoRoot(), "test", "crds"))

@@ -33,9 +33,6 @@ func TestPlugin(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	if envtestutil.UnitOnly() {
-		Skip("needs the control plane; " + envtestutil.UnitOnlyEnv + " is set")
-	}
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	dir := GinkgoT().TempDir()
 	plugin = filepath.Join(dir, "kubectl-fence")

@@ -35,9 +35,6 @@ func TestLease(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	if envtestutil.UnitOnly() {
-		Skip("needs the control plane; " + envtestutil.UnitOnlyEnv + " is set")
-	}
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	var err error
 	env, err = envtestutil.StartAdmissionEnv(ctx, []string{"configmaps"})

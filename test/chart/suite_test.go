@@ -40,9 +40,6 @@ func TestChart(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	if envtestutil.UnitOnly() {
-		Skip("needs the control plane; " + envtestutil.UnitOnlyEnv + " is set")
-	}
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	_, err := os.Stat(helmBin)
 	Expect(err).NotTo(HaveOccurred(), "bin/helm is missing: run 'make tools'")

@@ -56,10 +56,3 @@ func NewNamespace(ctx context.Context, c client.Client, prefix string) (string, 
 	ns := fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano()%100000, nsCounter.Add(1))
 	return ns, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 }
-
-// UnitOnlyEnv, when set (make test-unit), skips every suite that needs the
-// control plane, so the pure tests run in seconds on a machine without bin/.
-const UnitOnlyEnv = "FENCEKEEPER_UNIT_ONLY"
-
-// UnitOnly reports whether only pure tests should run.
-func UnitOnly() bool { return os.Getenv(UnitOnlyEnv) != "" }
