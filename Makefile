@@ -27,11 +27,13 @@ all: build
 ##@ Tools (built from the Go module proxy into bin/, only when missing or re-pinned)
 
 .PHONY: tools
-tools: ## Build kube-apiserver, etcd, kubectl, controller-gen and helm into bin/.
+tools: ## Build kube-apiserver, kube-controller-manager, etcd, kubectl, kwok, controller-gen and helm into bin/.
 	@hack/build-tool.sh controller-gen
 	@hack/build-tool.sh etcd
 	@hack/build-tool.sh kube-apiserver
+	@hack/build-tool.sh kube-controller-manager
 	@hack/build-tool.sh kubectl
+	@hack/build-tool.sh kwok
 	@hack/build-tool.sh helm
 
 .PHONY: controller-gen
@@ -106,7 +108,7 @@ test: tools verify-gen fmt-check vet ## Every test, against a real kube-apiserve
 	@$(call go-test,-timeout $(TEST_TIMEOUT) -count=1)
 
 # The envtest-backed ginkgo suites (their Test functions), left out by test-unit.
-ENVTEST_SUITES := ^Test(Controllers|Plugin|Lease|Chart|Admission)$$
+ENVTEST_SUITES := ^Test(Controllers|Plugin|Lease|Chart|Admission|Cluster)$$
 
 .PHONY: test-unit
 test-unit: ## Pure tests only: no control plane, no bin/ binaries, seconds once compiled.

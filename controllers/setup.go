@@ -67,6 +67,7 @@ func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&coordinationv1.Lease{}: {Label: labels.SelectorFromSet(labels.Set{fkv1.LabelManagedBy: fkv1.ManagedByValue})},
 		&corev1.Pod{}:           {Transform: pods.Strip},
+		&corev1.Node{}:          {Transform: pods.StripNode},
 	}}
 }
 

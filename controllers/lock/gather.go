@@ -226,5 +226,16 @@ func (r *Reconciler) holderPod(ctx context.Context, ns string, holder *fkv1.Fenc
 	if err != nil {
 		return pods.NotLive, err
 	}
-	return pods.LivenessOf(&pod, string(ref.UID)), nil
+	live := pods.LivenessOf(&pod, string(ref.UID))
+	if live != pods.Live || pod.Spec.NodeName == "" {
+		return live, nil
+	}
+	var node corev1.Node
+	if err := r.client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, &node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return live, nil
+		}
+		return pods.NotLive, err
+	}
+	return live.OnNode(&node), nil
 }

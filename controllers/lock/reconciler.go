@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -83,6 +84,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, recorder events.Eve
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 
 // Reconcile brings one lock's Lease and claims in line: gather what the
 // cache says, decide (a pure function), act (at most one guarded Lease write,
@@ -108,6 +110,14 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, pods.IndexNodeName, func(o client.Object) []string {
+		if n := o.(*corev1.Pod).Spec.NodeName; n != "" && pods.HasLeaseAnnotation(o) {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	managed := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetLabels()[fkv1.LabelManagedBy] == fkv1.ManagedByValue
 	})
@@ -117,6 +127,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseToLock), builder.WithPredicates(managed)).
 		// A pod's readiness is the renewal of its lease.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToLock), builder.WithPredicates(pods.AsksForLease)).
+		// So is its node's: a lost node stops the renewals of its pods' leases.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToLocks), builder.WithPredicates(readyChanged)).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -128,6 +140,30 @@ func claimToLock(_ context.Context, o client.Object) []reconcile.Request {
 
 func leaseToLock(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
+}
+
+// readyChanged passes node events that can change whether the node is Ready.
+var readyChanged = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return pods.NodeReady(e.ObjectOld.(*corev1.Node)) != pods.NodeReady(e.ObjectNew.(*corev1.Node))
+	},
+}
+
+// nodeToLocks wakes the locks of the lease-asking pods on a node.
+func (r *Reconciler) nodeToLocks(ctx context.Context, o client.Object) []reconcile.Request {
+	var list corev1.PodList
+	if err := r.client.List(ctx, &list, client.MatchingFields{pods.IndexNodeName: o.GetName()}); err != nil {
+		log.FromContext(ctx).Error(err, "listing the pods of a node", "node", o.GetName())
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		out = append(out, podToLock(ctx, &list.Items[i])...)
+	}
+	return out
 }
 
 func podToLock(_ context.Context, o client.Object) []reconcile.Request {

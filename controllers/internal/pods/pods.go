@@ -69,6 +69,54 @@ func LivenessOf(pod *corev1.Pod, ownerUID string) Liveness {
 	return NotLive
 }
 
+// OnNode takes the pod's node into account: a pod whose node is known and not
+// Ready is not live, whatever its own conditions still say. When a node is
+// lost the node lifecycle controller sets the node Ready=Unknown and only the
+// pods' Ready condition to False (ContainersReady stays True) and evicts them
+// only after their tolerations (300 s by default), so without this the lease
+// of a pod on a dead node would outlive its TTL by minutes. An unknown node
+// (not cached, or deleted) changes nothing: the pod garbage collector deletes
+// the pods of deleted nodes.
+func (l Liveness) OnNode(node *corev1.Node) Liveness {
+	if l != Live || node == nil || NodeReady(node) {
+		return l
+	}
+	return NotLive
+}
+
+// NodeReady reports whether node's Ready condition is True.
+func NodeReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// StripNode keeps only a node's name and Ready condition: the node cache
+// costs a few hundred bytes per node.
+func StripNode(obj any) (any, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{
+		TypeMeta:   node.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion},
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{Type: c.Type, Status: c.Status})
+		}
+	}
+	return out, nil
+}
+
+// IndexNodeName indexes lease-asking pods by the node they run on, so a node
+// that stops being Ready wakes the locks its pods hold.
+const IndexNodeName = "spec.nodeName"
+
 // Strip keeps only what the pod controllers decide on, so the pod cache
 // costs a few hundred bytes per pod instead of the whole object. It is the
 // pod informer's cache transform.
@@ -83,6 +131,7 @@ func Strip(obj any) (any, error) {
 			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
 			DeletionTimestamp: pod.DeletionTimestamp,
 		},
+		Spec:   corev1.PodSpec{NodeName: pod.Spec.NodeName},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase},
 	}
 	for k, v := range pod.Annotations {

@@ -80,3 +80,39 @@ func TestStripKeepsWhatDecisionsNeed(t *testing.T) {
 	g.Expect(LivenessOf(s, "pod-uid")).To(Equal(Live), "the stripped pod decides the same")
 	g.Expect(s.ResourceVersion).To(Equal("9"))
 }
+
+func TestOnNode(t *testing.T) {
+	node := func(s corev1.ConditionStatus) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+		if s != "" {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse}, {Type: corev1.NodeReady, Status: s}}
+		}
+		return n
+	}
+	cases := []struct {
+		name string
+		in   Liveness
+		node *corev1.Node
+		want Liveness
+	}{
+		{"live pod on a ready node", Live, node(corev1.ConditionTrue), Live},
+		{"live pod on a node gone silent (Unknown)", Live, node(corev1.ConditionUnknown), NotLive},
+		{"live pod on a NotReady node", Live, node(corev1.ConditionFalse), NotLive},
+		{"live pod on a node without a Ready condition yet", Live, node(""), NotLive},
+		{"live pod, node not known (deleted: pod GC removes the pod)", Live, nil, Live},
+		{"gone pod stays gone", Gone, node(corev1.ConditionFalse), Gone},
+		{"not a pod", NotAPod, node(corev1.ConditionFalse), NotAPod},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.in.OnNode(tc.node); got != tc.want {
+				t.Errorf("OnNode = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	g := NewWithT(t)
+	out, err := StripNode(node(corev1.ConditionUnknown))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.(*corev1.Node).Status.Conditions).To(Equal([]corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}))
+	g.Expect(NodeReady(out.(*corev1.Node))).To(BeFalse())
+}
