@@ -1,11 +1,6 @@
 package webhook_test
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -15,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
@@ -38,7 +32,7 @@ var _ = Describe("A paused webhook-serving manager", func() {
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { Expect(b.Stop()).To(Succeed()) })
 		a := startManagerProcess()
-		DeferCleanup(a.stop)
+		DeferCleanup(a.Stop)
 
 		w1 := acquire(ns, "w1", lock, "W1", 2) // W1 never renews: it expires 2 s after its grant
 		Expect(k8s.Create(ctx, fencedConfigMap(ns, lock, lock, w1.Status.Epoch, "v11 by W1", nil))).To(Succeed())
@@ -51,11 +45,11 @@ var _ = Describe("A paused webhook-serving manager", func() {
 		DeferCleanup(history.stop)
 
 		By("SIGSTOP manager A; W1's write, stamped with its epoch, queues on A's webhook port")
-		Expect(a.cmd.Process.Signal(syscall.SIGSTOP)).To(Succeed())
+		Expect(a.Signal(syscall.SIGSTOP)).To(Succeed())
 		stopped := true
 		DeferCleanup(func() {
 			if stopped {
-				_ = a.cmd.Process.Signal(syscall.SIGCONT)
+				_ = a.Signal(syscall.SIGCONT)
 			}
 		})
 		result := make(chan error, 1)
@@ -77,7 +71,7 @@ var _ = Describe("A paused webhook-serving manager", func() {
 		Consistently(result, 200*time.Millisecond).ShouldNot(Receive(), "the write must still be in flight on the stopped manager")
 
 		By("SIGCONT manager A: it must not admit the write on its old view")
-		Expect(a.cmd.Process.Signal(syscall.SIGCONT)).To(Succeed())
+		Expect(a.Signal(syscall.SIGCONT)).To(Succeed())
 		stopped = false
 		var werr error
 		Eventually(result, 15*time.Second).Should(Receive(&werr))
@@ -115,60 +109,9 @@ func longerWebhookTimeout(seconds int32) {
 	})
 }
 
-type managerProcess struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-var managerBinary string
-
-// startManagerProcess builds cmd/manager once and runs it as the manager
-// identity, serving the fencing webhook where envtest registered it.
-func startManagerProcess() *managerProcess {
-	dir := GinkgoT().TempDir()
-	if managerBinary == "" {
-		bin := filepath.Join(os.TempDir(), fmt.Sprintf("fencekeeper-manager-test-%d", os.Getpid()))
-		build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
-		build.Dir = envtestutil.RepoRoot()
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), string(out))
-		managerBinary = bin
-	}
-	u, err := testEnv.AddUser(envtest.User{Name: envtestutil.ManagerUser, Groups: []string{"system:masters"}}, nil)
+func startManagerProcess() *envtestutil.ManagerProcess {
+	By("starting a manager process and waiting until it answers admission")
+	p, err := envtestutil.StartManagerProcess(ctx, testEnv, k8s, GinkgoT().TempDir(), GinkgoWriter)
 	Expect(err).NotTo(HaveOccurred())
-	kc, err := u.KubeConfig()
-	Expect(err).NotTo(HaveOccurred())
-	kubeconfig := filepath.Join(dir, "manager.kubeconfig")
-	Expect(os.WriteFile(kubeconfig, kc, 0o600)).To(Succeed())
-	wh := testEnv.WebhookInstallOptions
-	cmd := exec.Command(managerBinary, "--kubeconfig", kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir)
-	cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	Expect(cmd.Start()).To(Succeed())
-	p := &managerProcess{cmd: cmd, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-
-	By("waiting until the manager process answers admission")
-	probe := fencedConfigMap("default", "probe", "probe", 1, "v1", nil)
-	delete(probe.Annotations, fkv1.AnnotationEpoch)
-	Eventually(func() string {
-		err := k8s.Create(ctx, probe, client.DryRunAll)
-		if err == nil {
-			return "admitted"
-		}
-		return err.Error()
-	}, 60*time.Second, 200*time.Millisecond).Should(ContainSubstring("missing epoch"))
 	return p
-}
-
-func (p *managerProcess) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
 }

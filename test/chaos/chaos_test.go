@@ -1,0 +1,336 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+// Window is the staleness window of policy current the checker allows: how
+// long after a newer grant was observed a write of an older epoch may still
+// be accepted (docs/fencing.md measures a few milliseconds past the grant's
+// commit; the slack covers the watch delivery of both events on a busy
+// 2-core machine).
+const Window = time.Second
+
+// Settings of a chaos session, from the environment (make chaos sets them).
+type settings struct {
+	budget   time.Duration // stop starting runs after this (0: no limit)
+	runs     int           // run exactly this many (0: as many as the budget allows)
+	seed     uint64        // first run's seed; run i uses seed+i
+	parallel int
+	outDir   string
+}
+
+func readSettings(t *testing.T) settings {
+	s := settings{budget: 60 * time.Second, parallel: 2, outDir: filepath.Join(envtestutil.RepoRoot(), ".chaos"),
+		seed: uint64(time.Now().UnixNano() % 1_000_000)}
+	if v := os.Getenv("CHAOS_BUDGET"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("CHAOS_BUDGET=%q: %v", v, err)
+		}
+		s.budget = d
+	}
+	for name, dst := range map[string]*int{"CHAOS_RUNS": &s.runs, "CHAOS_PARALLEL": &s.parallel} {
+		if v := os.Getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				t.Fatalf("%s=%q: want a whole number", name, v)
+			}
+			*dst = n
+		}
+	}
+	if v := os.Getenv("CHAOS_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("CHAOS_SEED=%q: %v", v, err)
+		}
+		s.seed = n
+		if s.runs == 0 {
+			s.runs = 1
+		}
+	}
+	if s.runs > 0 && os.Getenv("CHAOS_BUDGET") == "" {
+		s.budget = 0
+	}
+	s.parallel = max(s.parallel, 1)
+	return s
+}
+
+// Summary is what a session reports (written to .chaos/summary.json).
+type Summary struct {
+	FirstSeed    uint64           `json:"firstSeed"`
+	Runs         int              `json:"runs"`
+	Faults       map[string]int64 `json:"faults"`
+	Grants       int64            `json:"grants"`
+	Accepted     int64            `json:"writesAccepted"`
+	RefusedStale int64            `json:"writesRefusedStale"`
+	RefusedOther int64            `json:"writesRefusedOther"`
+	Conflicts    int64            `json:"writesConflicted"`
+	ByMethod     map[string]int64 `json:"writesByMethod"`
+	InsideWindow int              `json:"staleAcceptedInsideWindow"`
+	Violations   int              `json:"violations"`
+	Seconds      float64          `json:"seconds"`
+}
+
+func TestChaos(t *testing.T) {
+	s := readSettings(t)
+	ctx := context.Background()
+	env, err := envtestutil.StartAdmissionEnv(ctx, []string{"configmaps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Env.Stop() })
+	admin, err := client.NewWithWatch(env.Admin, client.Options{Scheme: envtestutil.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(s.outDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := os.Create(filepath.Join(s.outDir, "managers.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	logf.SetLogger(zap.New(zap.WriteTo(logs)))
+
+	nem, err := startNemesis(ctx, env, admin, s.seed, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workerCfgs := make([]*rest.Config, 3)
+	for i := range workerCfgs {
+		u, err := env.Env.AddUser(envtest.User{Name: fmt.Sprintf("chaos-worker-%d", i), Groups: []string{"system:masters"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		workerCfgs[i] = u.Config()
+	}
+
+	start := time.Now()
+	sum := Summary{FirstSeed: s.seed, ByMethod: map[string]int64{}}
+	var mu sync.Mutex
+	counts := &Counters{}
+	next := 0
+	var wg sync.WaitGroup
+	for p := 0; p < s.parallel; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				done := (s.runs > 0 && i >= s.runs) || (s.budget > 0 && time.Since(start) > s.budget)
+				if !done {
+					next++
+				}
+				mu.Unlock()
+				if done {
+					return
+				}
+				seed := s.seed + uint64(i)
+				v, st, err := runOnce(ctx, admin, workerCfgs, seed, counts, s.outDir)
+				mu.Lock()
+				sum.Runs++
+				sum.InsideWindow += st.InsideWindow
+				sum.Violations += len(v)
+				mu.Unlock()
+				if err != nil {
+					t.Errorf("run with seed %d: %v", seed, err)
+				}
+				if len(v) > 0 {
+					t.Errorf("run with seed %d: %d violations (replay: make chaos CHAOS_SEED=%d; timeline in .chaos/run-%d.txt):\n%s",
+						seed, len(v), seed, seed, v[0])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	sum.Faults = nem.stop()
+	sum.Seconds = time.Since(start).Seconds()
+	sum.Grants, sum.Accepted, sum.RefusedStale = counts.Grants.Load(), counts.Accepted.Load(), counts.RefusedStale.Load()
+	sum.RefusedOther, sum.Conflicts = counts.RefusedOther.Load(), counts.Conflicts.Load()
+	sum.Faults["holder-pause"] = counts.Pauses.Load()
+	sum.Faults["out-of-order-delivery"] = counts.OutOfOrder.Load()
+	sum.Faults["reply-lost"] = counts.ReplyLost.Load()
+	for i, m := range Methods {
+		sum.ByMethod[m] = counts.ByMethod[i].Load()
+	}
+	out, _ := json.MarshalIndent(sum, "", "  ")
+	_ = os.WriteFile(filepath.Join(s.outDir, "summary.json"), out, 0o644)
+	t.Logf("chaos summary:\n%s", out)
+
+	// A run that injected nothing, or in which no stale write was ever tried,
+	// proves nothing: make sure the faults actually bit.
+	if sum.Runs == 0 || sum.Accepted == 0 {
+		t.Fatalf("no run wrote anything: %s", out)
+	}
+	if sum.Faults["holder-pause"] == 0 || sum.RefusedStale == 0 {
+		t.Errorf("no holder was paused past its lease, or no stale write was refused: the runs tested nothing: %s", out)
+	}
+}
+
+// runOnce is one seeded run in a namespace of its own: three workers on one
+// lock for a few seconds, their histories checked.
+func runOnce(ctx context.Context, admin client.WithWatch, cfgs []*rest.Config, seed uint64, counts *Counters, outDir string) ([]Violation, Stats, error) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	ns, err := envtestutil.NewNamespace(ctx, admin, fmt.Sprintf("chaos-%d", seed))
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	lock := "report"
+	ttl := time.Duration(2+rng.IntN(2)) * time.Second
+	duration := time.Duration(6+rng.IntN(4)) * time.Second
+	rec := Record(ctx, admin, ns, lock)
+	time.Sleep(200 * time.Millisecond) // the watches are established
+
+	wctx, cancel := context.WithTimeout(ctx, duration)
+	var wg sync.WaitGroup
+	for i, cfg := range cfgs {
+		f := NewFaults(nil, rng.Uint64(), 0.05, 0.1, 300*time.Millisecond)
+		wcfg := rest.CopyConfig(cfg)
+		wcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { f.next = rt; return f }
+		c, err := client.NewWithWatch(wcfg, client.Options{Scheme: lease.Scheme()})
+		if err != nil {
+			cancel()
+			return nil, Stats{}, err
+		}
+		w := &Worker{Name: fmt.Sprintf("w%d", i+1), NS: ns, Lock: lock, TTL: ttl, Client: c,
+			Lease: lease.NewClientFrom(c, ns), Faults: f, Rng: rand.New(rand.NewPCG(rng.Uint64(), 2)), Count: counts}
+		wg.Add(1)
+		go func() { defer wg.Done(); w.Run(wctx) }()
+	}
+	wg.Wait()
+	cancel()
+	time.Sleep(time.Second) // the last states reach the recorder
+	h, rerrs := rec.Stop()
+	v, st := Check(h, Window)
+	if len(v) > 0 {
+		writeTimeline(filepath.Join(outDir, fmt.Sprintf("run-%d.txt", seed)), seed, ttl, h, v)
+	}
+	if len(rerrs) > 0 {
+		return v, st, fmt.Errorf("the history is incomplete: %v", rerrs)
+	}
+	_ = admin.Delete(ctx, namespaceObj(ns))
+	return v, st, nil
+}
+
+func writeTimeline(path string, seed uint64, ttl time.Duration, h []Event, v []Violation) {
+	sort.SliceStable(h, func(i, j int) bool { return h[i].RV < h[j].RV })
+	var b strings.Builder
+	fmt.Fprintf(&b, "chaos run seed=%d ttl=%v window=%v\n\nviolations:\n", seed, ttl, Window)
+	for _, x := range v {
+		fmt.Fprintf(&b, "  %s\n", x)
+	}
+	b.WriteString("\nhistory (resourceVersion order; time since the first event):\n")
+	for _, e := range h {
+		fmt.Fprintf(&b, "  %8.3fs  %s\n", e.At.Sub(h[0].At).Seconds(), e)
+	}
+	_ = os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// nemesis injects manager faults for the whole session: SIGSTOP and SIGKILL
+// of the webhook-serving manager process, and restarts of a second,
+// in-process authority (two authorities, no leader election, throughout).
+type nemesis struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	faults map[string]int64
+}
+
+func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin client.Client, seed uint64, logs *os.File) (*nemesis, error) {
+	dir, err := os.MkdirTemp("", "fencekeeper-chaos-")
+	if err != nil {
+		return nil, err
+	}
+	proc, err := envtestutil.StartManagerProcess(ctx, env.Env, admin, dir, logs)
+	if err != nil {
+		return nil, err
+	}
+	second, err := envtestutil.StartManager(env.Manager, envtestutil.ManagerOptions{})
+	if err != nil {
+		proc.Kill()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	n := &nemesis{cancel: cancel, done: make(chan struct{}), faults: map[string]int64{}}
+	rng := rand.New(rand.NewPCG(seed, 3))
+	go func() {
+		defer close(n.done)
+		defer func() { proc.Stop(); _ = second.Stop() }()
+		for {
+			sleep(ctx, time.Duration(1000+rng.IntN(2000))*time.Millisecond)
+			if ctx.Err() != nil {
+				return
+			}
+			switch k := rng.IntN(4); k {
+			case 0:
+				n.count("manager-sigstop")
+				_ = proc.Signal(syscall.SIGSTOP)
+				sleep(ctx, time.Duration(300+rng.IntN(5000))*time.Millisecond)
+				_ = proc.Signal(syscall.SIGCONT)
+			case 1:
+				n.count("manager-sigkill")
+				proc.Kill()
+				if proc, err = envtestutil.StartManagerProcess(context.Background(), env.Env, admin, dir, logs); err != nil {
+					panic(fmt.Sprintf("restarting the manager process: %v", err))
+				}
+			case 2:
+				n.count("authority-restart")
+				_ = second.Stop()
+				sleep(ctx, time.Duration(rng.IntN(2000))*time.Millisecond)
+				if second, err = envtestutil.StartManager(env.Manager, envtestutil.ManagerOptions{}); err != nil {
+					panic(fmt.Sprintf("restarting the in-process authority: %v", err))
+				}
+			}
+		}
+	}()
+	return n, nil
+}
+
+func (n *nemesis) count(kind string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.faults[kind]++
+}
+
+func (n *nemesis) stop() map[string]int64 {
+	n.cancel()
+	<-n.done
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := map[string]int64{}
+	for k, v := range n.faults {
+		out[k] = v
+	}
+	return out
+}
+
+func namespaceObj(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}

@@ -1,0 +1,163 @@
+// Package chaos runs randomized, seeded fault runs against a real control
+// plane and fencekeeper managers, records what the apiserver accepted, and
+// checks the histories for violations of the fencing promise (DESIGN §2–§3,
+// seed §22). The checker is pure and tested on hand-made bad histories; the
+// runs live in chaos_test.go (make test runs a short budget, make chaos a
+// long one).
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Kind says which watch an Event came from.
+type Kind string
+
+const (
+	// KindWrite: a guarded object (ConfigMap) as stored after an accepted write.
+	KindWrite Kind = "write"
+	// KindLease: the lock's Lease (the ledger) as stored.
+	KindLease Kind = "lease"
+	// KindClaim: a FencedLease showing Held with an epoch.
+	KindClaim Kind = "claim"
+)
+
+// Event is one stored state, as a watch delivered it. RV orders events of
+// one etcd; At is when the recorder received it.
+type Event struct {
+	Kind Kind
+	RV   int64
+	At   time.Time
+	// Object is the name of the written object (KindWrite) or claim.
+	Object string
+	// Epoch: the fenced-epoch watermark the write was admitted with
+	// (KindWrite), the ledger's issued epoch (KindLease), the claim's epoch.
+	Epoch int64
+	// DataEpoch is the epoch the writer put in the data (KindWrite).
+	DataEpoch int64
+	// Holder is the claim UID the ledger or claim names.
+	Holder string
+	// Held: the ledger names a holder (KindLease).
+	Held bool
+	// Current: the object's fence policy is current (KindWrite).
+	Current bool
+	// Deleted: the object was deleted (KindWrite); its history restarts.
+	Deleted bool
+}
+
+func (e Event) String() string {
+	switch e.Kind {
+	case KindWrite:
+		if e.Deleted {
+			return fmt.Sprintf("rv=%d write %s deleted", e.RV, e.Object)
+		}
+		return fmt.Sprintf("rv=%d write %s fenced-epoch=%d data-epoch=%d current=%v", e.RV, e.Object, e.Epoch, e.DataEpoch, e.Current)
+	case KindLease:
+		return fmt.Sprintf("rv=%d lease epoch=%d held=%v holder=%s", e.RV, e.Epoch, e.Held, e.Holder)
+	default:
+		return fmt.Sprintf("rv=%d claim %s Held epoch=%d uid=%s", e.RV, e.Object, e.Epoch, e.Holder)
+	}
+}
+
+// Violation is one broken rule, with the events that show it.
+type Violation struct {
+	Rule   string
+	Detail string
+	Events []Event
+}
+
+func (v Violation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", v.Rule, v.Detail)
+	for _, e := range v.Events {
+		fmt.Fprintf(&b, "\n    %s", e)
+	}
+	return b.String()
+}
+
+// Rules the checker enforces.
+const (
+	RuleEpochReused      = "an epoch issued to two claims"
+	RuleLeaseWentBack    = "the Lease's epoch decreased"
+	RuleDataNotToken     = "an accepted write's data names another epoch than its token"
+	RuleObjectWentBack   = "an object accepted an older epoch after a newer one"
+	RuleStaleCurrent     = "a current-policy object accepted a superseded epoch past the window"
+	RuleHistoryUnordered = "the history is not ordered by resourceVersion"
+)
+
+// Stats are figures of a checked history.
+type Stats struct {
+	Writes, Grants int
+	// InsideWindow counts current-policy writes of a superseded epoch that
+	// were accepted within the documented window after the newer grant was
+	// observed (allowed; reported).
+	InsideWindow int
+}
+
+// Check returns every violation in h (sorted by RV first). window is the
+// documented staleness window of policy current: how long after a newer
+// epoch's grant was observed an older epoch's write may still be accepted.
+func Check(h []Event, window time.Duration) ([]Violation, Stats) {
+	h = append([]Event(nil), h...)
+	sort.SliceStable(h, func(i, j int) bool { return h[i].RV < h[j].RV })
+	var out []Violation
+	var st Stats
+	claimOf := map[int64]Event{} // epoch -> first event naming its holder
+	var lastLease *Event
+	lastWrite := map[string]Event{}
+	// newest grant seen so far, in RV order, and when it was observed
+	var newest *Event
+	for i := range h {
+		e := h[i]
+		if e.Kind == KindLease || e.Kind == KindClaim {
+			if e.Holder != "" && (e.Kind == KindClaim || e.Held) {
+				if prev, ok := claimOf[e.Epoch]; ok && prev.Holder != e.Holder {
+					out = append(out, Violation{RuleEpochReused, fmt.Sprintf("epoch %d", e.Epoch), []Event{prev, e}})
+				} else if !ok {
+					claimOf[e.Epoch] = e
+					st.Grants++
+				}
+				if newest == nil || e.Epoch > newest.Epoch {
+					newest = &h[i]
+				}
+			}
+		}
+		switch e.Kind {
+		case KindLease:
+			if lastLease != nil && e.Epoch < lastLease.Epoch {
+				out = append(out, Violation{RuleLeaseWentBack, fmt.Sprintf("%d after %d", e.Epoch, lastLease.Epoch), []Event{*lastLease, e}})
+			}
+			lastLease = &h[i]
+		case KindWrite:
+			if e.Deleted {
+				delete(lastWrite, e.Object)
+				continue
+			}
+			st.Writes++
+			if e.DataEpoch != e.Epoch {
+				out = append(out, Violation{RuleDataNotToken, fmt.Sprintf("%s: data says %d, admitted as %d", e.Object, e.DataEpoch, e.Epoch), []Event{e}})
+			}
+			if prev, ok := lastWrite[e.Object]; ok && e.Epoch < prev.Epoch {
+				out = append(out, Violation{RuleObjectWentBack, fmt.Sprintf("%s: %d after %d", e.Object, e.Epoch, prev.Epoch), []Event{prev, e}})
+			}
+			lastWrite[e.Object] = e
+			if e.Current && newest != nil && e.Epoch < newest.Epoch {
+				if late := e.At.Sub(newest.At); late > window {
+					out = append(out, Violation{RuleStaleCurrent, fmt.Sprintf("%s: epoch %d accepted %v after epoch %d was granted (window %v)",
+						e.Object, e.Epoch, late.Round(time.Millisecond), newest.Epoch, window), []Event{*newest, e}})
+				} else {
+					st.InsideWindow++
+				}
+			}
+		}
+	}
+	for i := 1; i < len(h); i++ {
+		if h[i].RV == h[i-1].RV && h[i].Kind == h[i-1].Kind && h[i].Object == h[i-1].Object && h[i] != h[i-1] {
+			out = append(out, Violation{RuleHistoryUnordered, "two different states at one resourceVersion", []Event{h[i-1], h[i]}})
+		}
+	}
+	return out, st
+}

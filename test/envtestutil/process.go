@@ -1,0 +1,134 @@
+package envtestutil
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+var (
+	buildOnce   sync.Once
+	builtBinary string
+	buildErr    error
+)
+
+// ManagerBinary builds cmd/manager once per test process (into the temporary
+// directory; the Go build cache makes it quick) and returns its path.
+func ManagerBinary() (string, error) {
+	buildOnce.Do(func() {
+		builtBinary = filepath.Join(os.TempDir(), fmt.Sprintf("fencekeeper-manager-test-%d", os.Getpid()))
+		build := exec.Command("go", "build", "-o", builtBinary, "./cmd/manager")
+		build.Dir = RepoRoot()
+		if out, err := build.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("building cmd/manager: %v\n%s", err, out)
+		}
+	})
+	return builtBinary, buildErr
+}
+
+// ManagerProcess is bin/manager running as a real process: the faults that
+// only a process has (SIGSTOP, SIGKILL) can be injected into it.
+type ManagerProcess struct {
+	Cmd  *exec.Cmd
+	done chan error
+}
+
+// StartManagerProcess runs the manager as the manager identity, serving the
+// fencing webhook where envtest registered it, and waits until it answers
+// admission. extraArgs are appended to its command line.
+func StartManagerProcess(ctx context.Context, env *envtest.Environment, admin client.Client, dir string, out io.Writer, extraArgs ...string) (*ManagerProcess, error) {
+	bin, err := ManagerBinary()
+	if err != nil {
+		return nil, err
+	}
+	u, err := env.AddUser(envtest.User{Name: ManagerUser, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "manager.kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		return nil, err
+	}
+	wh := env.WebhookInstallOptions
+	args := append([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir}, extraArgs...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &ManagerProcess{Cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	if err := p.waitAnswering(ctx, admin); err != nil {
+		p.Kill()
+		return nil, err
+	}
+	return p, nil
+}
+
+// waitAnswering waits until the process answers admission: a dry-run create
+// of a fenced object without an epoch is refused by the webhook itself.
+func (p *ManagerProcess) waitAnswering(ctx context.Context, admin client.Client) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "probe",
+			Labels: map[string]string{fkv1.LabelLock: "probe"}}}
+		err := admin.Create(ctx, probe, client.DryRunAll)
+		if err != nil && strings.Contains(err.Error(), "missing epoch") {
+			return nil
+		}
+		select {
+		case perr := <-p.done:
+			p.done <- perr
+			return fmt.Errorf("the manager process exited before answering admission: %v", perr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the manager process does not answer admission after 60s (probe: %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Signal sends sig to the process.
+func (p *ManagerProcess) Signal(sig syscall.Signal) error { return p.Cmd.Process.Signal(sig) }
+
+// Stop resumes (if stopped) and terminates the process, killing it after 20 s.
+func (p *ManagerProcess) Stop() {
+	_ = p.Cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		p.done <- err
+	case <-time.After(20 * time.Second):
+		p.Kill()
+	}
+}
+
+// Kill kills the process (SIGKILL: no cleanup, like a node losing power) and
+// waits for it.
+func (p *ManagerProcess) Kill() {
+	_ = p.Cmd.Process.Kill()
+	err := <-p.done
+	p.done <- err
+}
