@@ -12,6 +12,11 @@ IMG ?= ghcr.io/fencekeeper/fencekeeper:dev
 CONTAINER_TOOL ?= docker
 GINKGO_FLAGS ?=
 TEST_TIMEOUT ?= 30m
+# make test runs the chaos suite for this long; make chaos sets its own.
+CHAOS_BUDGET ?=
+CHAOS_RUNS ?=
+CHAOS_SEED ?=
+CHAOS_PARALLEL ?= 2
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 
@@ -108,7 +113,7 @@ test: tools verify-gen fmt-check vet ## Every test, against a real kube-apiserve
 	@$(call go-test,-timeout $(TEST_TIMEOUT) -count=1)
 
 # The envtest-backed ginkgo suites (their Test functions), left out by test-unit.
-ENVTEST_SUITES := ^Test(Controllers|Plugin|Lease|Chart|Admission|Cluster)$$
+ENVTEST_SUITES := ^Test(Controllers|Plugin|Lease|Chart|Admission|Cluster|Chaos)$$
 
 .PHONY: test-unit
 test-unit: ## Pure tests only: no control plane, no bin/ binaries, seconds once compiled.
@@ -124,6 +129,15 @@ run: tools build manifests ## Local control plane + CRD + manager in the foregro
 .PHONY: dev-up
 dev-up: tools build manifests ## The same in the background; kubeconfig at .dev/kubeconfig.
 	@hack/dev-up.sh
+
+.PHONY: chaos
+chaos: tools ## Randomized fault runs (CHAOS_RUNS=500, or CHAOS_BUDGET=10m; CHAOS_SEED=n replays one run); report in .chaos/.
+	CHAOS_RUNS="$(CHAOS_RUNS)" CHAOS_BUDGET="$(CHAOS_BUDGET)" CHAOS_SEED="$(CHAOS_SEED)" CHAOS_PARALLEL="$(CHAOS_PARALLEL)" \
+		$(GO) test -count=1 -timeout 0 -run '^TestChaos$$' -v ./test/chaos
+
+.PHONY: chaos-mutants
+chaos-mutants: tools ## Apply each seeded bug in test/chaos/mutants/ to a copy and check that the suite catches it.
+	hack/chaos-mutants.sh $(MUTANT)
 
 .PHONY: bench
 bench: tools build ## Benchmark report (BENCH_QUICK=1 for a short run); writes .bench/report.json.
@@ -160,6 +174,8 @@ help: ## Show the targets by section, then the variables you can set.
 	@echo "  MANAGER_PROBE_ADDRESS    run, dev-up: manager health probe address (default 127.0.0.1:18081)"
 	@echo "  GUARDED_RESOURCES        run, dev-up: kinds the fencing webhook guards, RESOURCE[.GROUP][/VERSION],... (default configmaps)"
 	@echo "  BARE=1                   run, dev-up: control plane only, no CRD/webhook/policy/manager (to try the Helm chart)"
+	@echo "  CLUSTER=full             run, dev-up: also kube-controller-manager and kwok (two fake nodes): real Deployments, GC, namespace deletion"
+	@echo "  CHAOS_RUNS, CHAOS_BUDGET chaos: how many runs, or for how long (make test: 60s); CHAOS_SEED=n replays one run"
 	@echo "  IMG                      docker-build: image name (now: $(IMG))"
 	@echo "  CONTAINER_TOOL           docker-build: container engine (now: $(CONTAINER_TOOL))"
 	@echo "  KUBEBUILDER_ASSETS       where envtest finds etcd, kube-apiserver, kubectl; make sets it to bin/ (set it yourself for a bare go test)"

@@ -257,6 +257,8 @@ var _ = Describe("Lock controller", func() {
 		m1 := startManager(time.Second)
 		m2 := startManager(time.Second)
 		DeferCleanup(func() { m1.Stop(); m2.Stop() })
+		m1.writes.namespace.Store(ns)
+		m2.writes.namespace.Store(ns)
 
 		locks := []string{"churn-a", "churn-b", "churn-c"}
 		rng := rand.New(rand.NewSource(GinkgoRandomSeed()))
@@ -300,17 +302,27 @@ var _ = Describe("Lock controller", func() {
 		}
 		Expect(total).To(Equal(50))
 
-		By("every Held claim agrees with its Lease")
+		By("both managers granted: the race was real, not serialized by one of them sitting idle")
+		Expect(m1.writes.leaseWins.Load()).To(BeNumerically(">", 0), "manager 1 never won a Lease write")
+		Expect(m2.writes.leaseWins.Load()).To(BeNumerically(">", 0), "manager 2 never won a Lease write")
+
+		By("one final holder per lock stays: every Held claim agrees with its Lease")
+		for _, lock := range locks {
+			eventuallyPhaseWithin(ns, createClaim(ns, "final-"+lock, lock, "final", 60).Name, fkv1.PhaseHeld, time.Minute)
+		}
 		var list fkv1.FencedLeaseList
 		Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+		held := map[string]int{}
 		for _, c := range list.Items {
 			if c.Status.Phase != fkv1.PhaseHeld {
 				continue
 			}
+			held[c.Spec.LockName]++
 			l := getLease(ns, c.Spec.LockName)
 			Expect(l.Annotations[fkv1.AnnotationClaimUID]).To(Equal(string(c.UID)))
 			Expect(l.Annotations[fkv1.AnnotationEpoch]).To(Equal(strconv.FormatInt(c.Status.Epoch, 10)))
 		}
+		Expect(held).To(Equal(map[string]int{"churn-a": 1, "churn-b": 1, "churn-c": 1}), "exactly one Held claim per lock")
 	})
 
 	It("never moves an epoch backward when the controller restarts in the middle of handoffs", func() {

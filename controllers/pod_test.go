@@ -169,7 +169,7 @@ var _ = Describe("Pod-held leases", func() {
 		Expect(stateOf(ns, h1)()).To(Equal("Held/2"))
 		Eventually(stateOf(ns, h0), 5*time.Second).Should(Equal("Lost/1"), "the epoch annotation keeps the last epoch held")
 
-		By("the holder pod is deleted: the last pod holds at once, long before a TTL")
+		By("the holder pod is deleted: the last pod holds (at once: see the 300 s TTL test below)")
 		Expect(k8s.Delete(ctx, byName[h1])).To(Succeed())
 		var h2 string
 		for _, p := range pods {
@@ -183,6 +183,16 @@ var _ = Describe("Pod-held leases", func() {
 		setReady(byName[h0], true)
 		Expect(k8s.Delete(ctx, byName[h2])).To(Succeed())
 		Eventually(stateOf(ns, h0), 10*time.Second).Should(Equal("Held/4"))
+	})
+
+	It("hands over at once when the holder pod is deleted, long before its 300 s TTL", func() {
+		a := leasePod(ns, "at-once-a", "at-once", "300", true)
+		Eventually(stateOf(ns, a.Name), 10*time.Second).Should(Equal("Held/1"))
+		b := leasePod(ns, "at-once-b", "at-once", "300", true)
+		Eventually(stateOf(ns, b.Name), 10*time.Second).Should(Equal("Pending/"))
+		Expect(k8s.Delete(ctx, a)).To(Succeed())
+		// Without the deletion rule this would take the whole TTL (300 s).
+		Eventually(stateOf(ns, b.Name), 30*time.Second).Should(Equal("Held/2"))
 	})
 
 	It("grants only a ready pod: waiters still starting keep their place, and the first ready one gets the first epoch and keeps it", func() {

@@ -60,6 +60,9 @@ var _ = AfterSuite(func() {
 // at the HTTP layer, the way the apiserver's request metrics would.
 type writeCounter struct {
 	leases, claims, pods atomic.Int64
+	// leaseWins counts Lease writes the apiserver accepted (grants, frees,
+	// repairs): with two managers racing, each must win some.
+	leaseWins atomic.Int64
 	// namespace, when set, limits counting to one namespace: the shared
 	// control plane still holds earlier specs' locks, which this manager
 	// also reconciles (and may rightly expire).
@@ -77,17 +80,23 @@ func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if ns, _ := t.w.namespace.Load().(string); ns != "" && !strings.Contains(req.URL.Path, "/namespaces/"+ns+"/") {
 		return t.next.RoundTrip(req)
 	}
+	lease := false
 	if req.Method != http.MethodGet {
 		switch {
 		case strings.Contains(req.URL.Path, "/fencedleases"):
 			t.w.claims.Add(1)
 		case strings.Contains(req.URL.Path, "/leases"):
 			t.w.leases.Add(1)
+			lease = true
 		case strings.Contains(req.URL.Path, "/pods"):
 			t.w.pods.Add(1)
 		}
 	}
-	return t.next.RoundTrip(req)
+	resp, err := t.next.RoundTrip(req)
+	if lease && err == nil && resp.StatusCode < 300 {
+		t.w.leaseWins.Add(1)
+	}
+	return resp, err
 }
 
 // runningManager is one fencekeeper manager started in this process, with

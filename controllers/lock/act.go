@@ -24,7 +24,7 @@ import (
 func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathered, a action) (ctrl.Result, error) {
 	switch a.kind {
 	case actIdle:
-		r.views.set(lock, View{})
+		r.forget(lock, g.hasLease)
 		return ctrl.Result{}, nil
 	case actForeign:
 		lockConflicts.Inc()
@@ -133,7 +133,7 @@ func (r *Reconciler) writeLease(ctx context.Context, lock types.NamespacedName, 
 		return nil, err
 	}
 	r.floors.raise(lock, a.epoch)
-	r.expect.wrote(desired.UID, desired.ResourceVersion)
+	r.expect.wrote(lock, desired.UID, desired.ResourceVersion)
 	return desired, nil
 }
 
@@ -207,6 +207,20 @@ func (r *Reconciler) recordLeaseWrite(ctx context.Context, lock types.Namespaced
 	}
 }
 
+// forget drops the memory of an idle lock (no claims, nobody holds it), so
+// the authority's memory follows the live locks, not every lock ever used.
+// The epoch floor is kept while the Lease exists (it guards against the
+// Lease being edited); once the Lease is gone a new ledger starts at the
+// storage revision, above every epoch ever issued, and the floor can go too.
+func (r *Reconciler) forget(lock types.NamespacedName, hasLease bool) {
+	r.views.set(lock, View{})
+	r.clock.forget(lock)
+	r.expect.forget(lock)
+	if !hasLease {
+		r.floors.forget(lock)
+	}
+}
+
 // releaseFinalizer lets a Lease an admin deleted go once no claim of its lock
 // remains (namespace deletion relies on this). The epoch floor then survives
 // only in this process's memory.
@@ -250,7 +264,7 @@ func (r *Reconciler) syncStatuses(ctx context.Context, claims []*fkv1.FencedLeas
 			}
 			return fmt.Errorf("patching status of claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
-		r.expect.wrote(c.UID, c.ResourceVersion)
+		r.expect.wrote(types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.LockName}, c.UID, c.ResourceVersion)
 		r.recordClaimTransition(ctx, c, in.lease, transition)
 	}
 	return nil

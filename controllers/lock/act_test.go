@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"context"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -100,4 +101,42 @@ func TestEndedFirstWritesTheHolderLast(t *testing.T) {
 		g.Expect(out[2].Name).To(Equal("w2"), "the new holder is written last")
 	}
 	g.Expect(endedFirst([]*fkv1.FencedLease{w1, w2}, free(42))).To(HaveLen(2))
+}
+
+// An idle lock leaves nothing behind in the authority's memory (issue: the
+// per-lock maps grew with every lock ever used), except the epoch floor
+// while its Lease still exists.
+func TestIdleLockIsForgotten(t *testing.T) {
+	g := NewWithT(t)
+	x := types.NamespacedName{Namespace: "ns", Name: "x"}
+	y := types.NamespacedName{Namespace: "ns", Name: "y"}
+	fill := func(r *Reconciler) {
+		for _, l := range []types.NamespacedName{x, y} {
+			r.clock.observe(l, renewal{holderUID: "holder"})
+			r.floors.raise(l, 41)
+			r.expect.wrote(l, types.UID("claim-of-"+l.Name), "10")
+			r.views.set(l, View{HeldEpoch: 41})
+		}
+	}
+	for _, hasLease := range []bool{true, false} {
+		r := NewReconciler(nil, nil, nil, Options{})
+		fill(r)
+		var snap snapshot
+		snap.hasLease = hasLease
+		_, err := r.act(context.Background(), x, gathered{snapshot: snap}, action{kind: actIdle})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(r.clock.seen).NotTo(HaveKey(x))
+		g.Expect(r.views.m).NotTo(HaveKey(x))
+		g.Expect(r.expect.written).NotTo(HaveKey(types.UID("claim-of-x")))
+		if hasLease {
+			g.Expect(r.floors.floors).To(HaveKeyWithValue(x, int64(41)), "the floor must outlive idleness while the Lease exists")
+		} else {
+			g.Expect(r.floors.floors).NotTo(HaveKey(x))
+		}
+		// The other lock is untouched.
+		g.Expect(r.clock.seen).To(HaveKey(y))
+		g.Expect(r.floors.floors).To(HaveKey(y))
+		g.Expect(r.expect.written).To(HaveKey(types.UID("claim-of-y")))
+		g.Expect(r.views.m).To(HaveKey(y))
+	}
 }

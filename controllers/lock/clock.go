@@ -59,3 +59,10 @@ func (c *renewClock) observe(lock types.NamespacedName, signal renewal) (time.Ti
 }
 
 func (c *renewClock) now() time.Time { return c.clock.Now() }
+
+// forget drops what was observed of lock (it is idle).
+func (c *renewClock) forget(lock types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.seen, lock)
+}

@@ -14,20 +14,38 @@ import (
 // waiting just saves the rejected request. Safety never depends on this.
 type writeExpectations struct {
 	mu      sync.Mutex
-	written map[types.UID]string
+	written map[types.UID]expectation
+}
+
+type expectation struct {
+	rv   string
+	lock types.NamespacedName
 }
 
 func newWriteExpectations() *writeExpectations {
-	return &writeExpectations{written: map[types.UID]string{}}
+	return &writeExpectations{written: map[types.UID]expectation{}}
 }
 
-func (e *writeExpectations) wrote(uid types.UID, rv string) {
+func (e *writeExpectations) wrote(lock types.NamespacedName, uid types.UID, rv string) {
 	if uid == "" || rv == "" {
 		return
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.written[uid] = rv
+	e.written[uid] = expectation{rv: rv, lock: lock}
+}
+
+// forget drops what is remembered for lock's objects: an idle lock has no
+// claims left, and a claim deleted right after our write is never seen again
+// to clear its entry.
+func (e *writeExpectations) forget(lock types.NamespacedName) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for uid, x := range e.written {
+		if x.lock == lock {
+			delete(e.written, uid)
+		}
+	}
 }
 
 // stale reports whether the cached copy (uid at cachedRV) is older than our
@@ -39,7 +57,7 @@ func (e *writeExpectations) stale(uid types.UID, cachedRV string) bool {
 	if !ok {
 		return false
 	}
-	cmp, err := resourceversion.CompareResourceVersion(cachedRV, want)
+	cmp, err := resourceversion.CompareResourceVersion(cachedRV, want.rv)
 	if err != nil || cmp >= 0 {
 		delete(e.written, uid)
 		return false

@@ -29,3 +29,11 @@ func (f *epochFloors) raise(lock types.NamespacedName, epochs ...int64) int64 {
 	f.floors[lock] = floor
 	return floor
 }
+
+// forget drops lock's floor: only once its Lease is gone (see
+// Reconciler.forget).
+func (f *epochFloors) forget(lock types.NamespacedName) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.floors, lock)
+}

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
@@ -32,7 +33,7 @@ type options struct {
 	apiPort               int
 	metricsAddr, probeAdr string
 	guarded               string
-	bare                  bool
+	bare, full            bool
 }
 
 func main() {
@@ -46,6 +47,8 @@ func main() {
 		"Kinds the fencing webhook guards, RESOURCE[.GROUP][/VERSION],... (env GUARDED_RESOURCES).")
 	flag.BoolVar(&o.bare, "bare", os.Getenv("BARE") == "1",
 		"Control plane only: no CRD, webhook, policy or manager (to try the Helm chart; env BARE=1).")
+	flag.BoolVar(&o.full, "full", os.Getenv("CLUSTER") == "full",
+		"Also run kube-controller-manager (garbage collection, namespaces, Deployments, node lifecycle) and kwok with two fake nodes, so pods of real Deployments become Running (env CLUSTER=full).")
 	flag.Parse()
 	if o.bare {
 		o.manager = ""
@@ -108,6 +111,25 @@ func run(o options) error {
 		fmt.Printf(">> bare control plane (nothing installed); admin kubeconfig: %s\n", kubeconfig)
 	} else {
 		fmt.Printf(">> CRDs installed from config/crd; admin kubeconfig: %s\n", kubeconfig)
+	}
+
+	if o.full {
+		cl, err := envtestutil.StartCluster(env, envtestutil.ClusterOptions{Dir: dir, NodeMonitorGracePeriod: 40 * time.Second})
+		if err != nil {
+			return fmt.Errorf("starting kube-controller-manager and kwok: %w", err)
+		}
+		defer cl.Stop()
+		c, err := client.New(cfg, client.Options{})
+		if err != nil {
+			return err
+		}
+		for _, n := range []string{"kwok-node-0", "kwok-node-1"} {
+			if _, err := envtestutil.AddNode(ctx, c, n); err != nil {
+				return err
+			}
+		}
+		fmt.Printf(">> kube-controller-manager and kwok running (logs in %s); fake nodes kwok-node-0, kwok-node-1 are Ready\n", dir)
+		fmt.Println("   no scheduler runs: give pod templates spec.nodeName: kwok-node-0")
 	}
 
 	var managerDone chan error
