@@ -2,124 +2,128 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strconv"
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
-// Recorder watches one namespace's guarded objects, Leases and claims and
-// keeps every state the apiserver stored, in delivery order. A watch that
-// closes is resumed from the last resourceVersion it delivered, so no state
-// is missed; a resume that fails (the version was compacted) is reported.
+// Recorder watches etcd itself, under one namespace's keys of ConfigMaps,
+// Leases and FencedLeases, and keeps every state the apiserver stored, with
+// its etcd revision (= resourceVersion). Watching etcd, not the apiserver,
+// the history survives kube-apiserver restarts (whose new watch cache would
+// refuse to resume an older resourceVersion) and etcd restarts (the client
+// resumes at the revision it reached), and one revision counter orders all
+// three kinds.
 type Recorder struct {
 	mu     sync.Mutex
 	events []Event
 	errs   []error
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
+	cli    *clientv3.Client
 }
 
 var dataEpoch = regexp.MustCompile(`epoch=(-?\d+)`)
 
-// Record starts watching ns for lock's history.
-func Record(ctx context.Context, c client.WithWatch, ns, lock string) *Recorder {
+// Record starts watching lock's history in ns, from the current revision,
+// on the etcd at endpoint.
+func Record(ctx context.Context, endpoint string, scheme *runtime.Scheme, ns, lock string) (*Recorder, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
+	head, err := cli.Get(gctx, "/registry/health-probe-none", clientv3.WithCountOnly())
+	gcancel()
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	from := head.Header.Revision + 1
 	ctx, cancel := context.WithCancel(ctx)
-	r := &Recorder{cancel: cancel}
-	r.watch(ctx, c, ns, &corev1.ConfigMapList{}, func(ev watch.Event) (Event, bool) {
-		cm, ok := ev.Object.(*corev1.ConfigMap)
-		if !ok || cm.Labels[fkv1.LabelLock] != lock {
+	r := &Recorder{cancel: cancel, cli: cli}
+	dec := serializer.NewCodecFactory(scheme).UniversalDeserializer()
+	for _, prefix := range []string{
+		"/registry/configmaps/" + ns + "/", "/registry/leases/" + ns + "/", "/registry/fencekeeper.io/fencedleases/" + ns + "/",
+	} {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			wch := cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV())
+			for resp := range wch {
+				if err := resp.Err(); err != nil {
+					if ctx.Err() == nil {
+						r.fail(fmt.Errorf("watching %s: %w", prefix, err))
+					}
+					return
+				}
+				for _, ev := range resp.Events {
+					deleted := ev.Type == clientv3.EventTypeDelete
+					value := ev.Kv.Value
+					if deleted {
+						if ev.PrevKv == nil {
+							continue
+						}
+						value = ev.PrevKv.Value
+					}
+					obj, _, err := dec.Decode(value, nil, nil)
+					if err != nil {
+						r.fail(fmt.Errorf("decoding %s: %w", ev.Kv.Key, err))
+						continue
+					}
+					e, keep := convert(obj, lock, deleted)
+					if !keep {
+						continue
+					}
+					e.RV, e.At = ev.Kv.ModRevision, time.Now()
+					r.mu.Lock()
+					r.events = append(r.events, e)
+					r.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return r, nil
+}
+
+// convert turns one stored state into an Event of the lock's history.
+func convert(obj runtime.Object, lock string, deleted bool) (Event, bool) {
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		if o.Labels[fkv1.LabelLock] != lock {
 			return Event{}, false
 		}
-		e := Event{Kind: KindWrite, Object: cm.Name, Deleted: ev.Type == watch.Deleted,
-			Current: cm.Annotations[fkv1.AnnotationFencePolicy] != fkv1.FencePolicyMonotonic}
-		e.Epoch, _ = strconv.ParseInt(cm.Annotations[fkv1.AnnotationFencedEpoch], 10, 64)
-		if m := dataEpoch.FindStringSubmatch(cm.Data["report.csv"]); m != nil {
+		e := Event{Kind: KindWrite, Object: o.Name, Deleted: deleted,
+			Current: o.Annotations[fkv1.AnnotationFencePolicy] != fkv1.FencePolicyMonotonic}
+		e.Epoch, _ = strconv.ParseInt(o.Annotations[fkv1.AnnotationFencedEpoch], 10, 64)
+		if m := dataEpoch.FindStringSubmatch(o.Data["report.csv"]); m != nil {
 			e.DataEpoch, _ = strconv.ParseInt(m[1], 10, 64)
 		}
 		return e, true
-	})
-	r.watch(ctx, c, ns, &coordinationv1.LeaseList{}, func(ev watch.Event) (Event, bool) {
-		l, ok := ev.Object.(*coordinationv1.Lease)
-		if !ok || l.Name != lock || ev.Type == watch.Deleted {
+	case *coordinationv1.Lease:
+		if o.Name != lock || deleted {
 			return Event{}, false
 		}
-		led := fkv1.ReadLedger(l, lock)
-		return Event{Kind: KindLease, Object: l.Name, Epoch: led.Epoch, Held: led.Held(), Holder: string(led.HolderUID)}, true
-	})
-	r.watch(ctx, c, ns, &fkv1.FencedLeaseList{}, func(ev watch.Event) (Event, bool) {
-		cl, ok := ev.Object.(*fkv1.FencedLease)
-		if !ok || cl.Spec.LockName != lock || ev.Type == watch.Deleted || cl.Status.Phase != fkv1.PhaseHeld {
+		led := fkv1.ReadLedger(o, lock)
+		return Event{Kind: KindLease, Object: o.Name, Epoch: led.Epoch, Held: led.Held(), Holder: string(led.HolderUID)}, true
+	case *fkv1.FencedLease:
+		if o.Spec.LockName != lock || deleted || o.Status.Phase != fkv1.PhaseHeld {
 			return Event{}, false
 		}
-		return Event{Kind: KindClaim, Object: cl.Name, Epoch: cl.Status.Epoch, Holder: string(cl.UID)}, true
-	})
-	return r
-}
-
-func (r *Recorder) watch(ctx context.Context, c client.WithWatch, ns string, list client.ObjectList, conv func(watch.Event) (Event, bool)) {
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		rv := ""
-		for ctx.Err() == nil {
-			opts := []client.ListOption{client.InNamespace(ns)}
-			if rv != "" {
-				opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
-			}
-			w, err := c.Watch(ctx, list, opts...)
-			if err != nil {
-				if ctx.Err() == nil {
-					r.fail(err)
-				}
-				return
-			}
-			for ev := range w.ResultChan() {
-				if ev.Type == watch.Error {
-					if ctx.Err() != nil {
-						return // stopped: the watch ends with our own cancellation
-					}
-					r.fail(apiError(ev))
-					w.Stop()
-					return
-				}
-				obj, ok := ev.Object.(client.Object)
-				if !ok {
-					continue
-				}
-				rv = obj.GetResourceVersion()
-				e, keep := conv(ev)
-				if !keep {
-					continue
-				}
-				e.RV, _ = strconv.ParseInt(rv, 10, 64)
-				e.At = time.Now()
-				r.mu.Lock()
-				r.events = append(r.events, e)
-				r.mu.Unlock()
-			}
-		}
-	}()
-}
-
-func apiError(ev watch.Event) error {
-	if st, ok := ev.Object.(*metav1.Status); ok {
-		return &statusError{st.Message}
+		return Event{Kind: KindClaim, Object: o.Name, Epoch: o.Status.Epoch, Holder: string(o.UID)}, true
 	}
-	return &statusError{"watch error"}
+	return Event{}, false
 }
-
-type statusError struct{ msg string }
-
-func (e *statusError) Error() string { return "recorder: " + e.msg }
 
 func (r *Recorder) fail(err error) {
 	r.mu.Lock()
@@ -132,6 +136,7 @@ func (r *Recorder) fail(err error) {
 func (r *Recorder) Stop() ([]Event, []error) {
 	r.cancel()
 	r.wg.Wait()
+	_ = r.cli.Close()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]Event(nil), r.events...), r.errs

@@ -1,0 +1,119 @@
+package envtestutil
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ControlPlaneProcess is etcd or kube-apiserver of a control plane this test
+// process started (envtest's), found by name among this process's children,
+// so faults can be injected into it: a pause (SIGSTOP), or a restart
+// (SIGKILL, then the same command line again: etcd keeps its data directory,
+// kube-apiserver its certificates and port).
+type ControlPlaneProcess struct {
+	Name string
+	pid  int
+	args []string
+	cmd  *exec.Cmd // our own re-started process, once restarted
+	out  io.Writer
+}
+
+// FindControlPlaneProcess finds the child process of this test process whose
+// executable is named name ("etcd", "kube-apiserver").
+func FindControlPlaneProcess(name string, out io.Writer) (*ControlPlaneProcess, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		rest := stat[bytes.LastIndexByte(stat, ')')+2:]
+		fields := strings.Fields(string(rest))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(self) {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if filepath.Base(args[0]) == name {
+			return &ControlPlaneProcess{Name: name, pid: pid, args: args, out: out}, nil
+		}
+	}
+	return nil, fmt.Errorf("no %s child process of pid %d", name, self)
+}
+
+// Pause stops the process for d (every request to it hangs meanwhile).
+func (p *ControlPlaneProcess) Pause(d time.Duration) {
+	_ = syscall.Kill(p.pid, syscall.SIGSTOP)
+	time.Sleep(d)
+	_ = syscall.Kill(p.pid, syscall.SIGCONT)
+}
+
+// Restart kills the process, waits down, and starts it again with the same
+// command line.
+func (p *ControlPlaneProcess) Restart(down time.Duration) error {
+	p.kill()
+	time.Sleep(down)
+	cmd := exec.Command(p.args[0], p.args[1:]...)
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("restarting %s: %w", p.Name, err)
+	}
+	p.cmd, p.pid = cmd, cmd.Process.Pid
+	return nil
+}
+
+func (p *ControlPlaneProcess) kill() {
+	_ = syscall.Kill(p.pid, syscall.SIGCONT)
+	_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	if p.cmd != nil {
+		_ = p.cmd.Wait()
+		return
+	}
+	// envtest's own child: envtest reaps it; wait until it is gone.
+	for i := 0; i < 500; i++ {
+		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.pid), "stat"))
+		if err != nil || bytes.Contains(stat, []byte(") Z ")) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Stop kills a process this helper restarted (envtest stops the original).
+// Call it before stopping the environment.
+func (p *ControlPlaneProcess) Stop() {
+	if p.cmd != nil {
+		_ = syscall.Kill(p.pid, syscall.SIGCONT)
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-done
+		}
+		p.cmd = nil
+	}
+}
