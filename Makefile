@@ -32,9 +32,10 @@ all: build
 ##@ Tools (built from the Go module proxy into bin/, only when missing or re-pinned)
 
 .PHONY: tools
-tools: ## Build kube-apiserver, kube-controller-manager, etcd, kubectl, kwok, controller-gen and helm into bin/.
+tools: ## Build kube-apiserver, kube-controller-manager, etcd, etcdutl, kubectl, kwok, controller-gen and helm into bin/.
 	@hack/build-tool.sh controller-gen
 	@hack/build-tool.sh etcd
+	@hack/build-tool.sh etcdutl
 	@hack/build-tool.sh kube-apiserver
 	@hack/build-tool.sh kube-controller-manager
 	@hack/build-tool.sh kubectl
@@ -113,7 +114,7 @@ test: tools verify-gen fmt-check vet ## Every test, against a real kube-apiserve
 	@$(call go-test,-timeout $(TEST_TIMEOUT) -count=1)
 
 # The envtest-backed ginkgo suites (their Test functions), left out by test-unit.
-ENVTEST_SUITES := ^Test(Controllers|Plugin|Lease|Chart|Admission|Cluster|Chaos)$$
+ENVTEST_SUITES := ^Test(Controllers|Plugin|Lease|Chart|Admission|Cluster|Chaos|Restore)$$
 
 .PHONY: test-unit
 test-unit: ## Pure tests only: no control plane, no bin/ binaries, seconds once compiled.

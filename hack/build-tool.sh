@@ -2,7 +2,7 @@
 # Builds one pinned tool into bin/ from the Go module proxy, only when the
 # binary is missing or its pins (the tools module's go.mod/go.sum) changed.
 #
-#   hack/build-tool.sh kube-apiserver|kube-controller-manager|kubectl|etcd|kwok|controller-gen|helm|golangci-lint
+#   hack/build-tool.sh kube-apiserver|kube-controller-manager|kubectl|etcd|etcdutl|kwok|controller-gen|helm|golangci-lint
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,6 +30,7 @@ kubectl) mod=hack/tools; pkg=k8s.io/kubernetes/cmd/kubectl; ldflags="$(kube_ldfl
 kwok) mod=hack/tools/kwok; pkg=sigs.k8s.io/kwok/cmd/kwok; ldflags="-s -w" ;;
 controller-gen) mod=hack/tools; pkg=sigs.k8s.io/controller-tools/cmd/controller-gen; ldflags="-s -w" ;;
 etcd) mod=hack/tools/etcd; pkg=.; ldflags="-s -w" ;;
+etcdutl) mod=hack/tools/etcd; pkg=go.etcd.io/etcd/etcdutl/v3; ldflags="-s -w" ;;
 helm) mod=hack/tools/helm; pkg=helm.sh/helm/v3/cmd/helm; ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=v3.22.0" ;;
 golangci-lint) mod=hack/tools/lint; pkg=github.com/golangci/golangci-lint/v2/cmd/golangci-lint; ldflags="-s -w" ;;
 *) echo "build-tool: unknown tool ${name}" >&2; exit 2 ;;

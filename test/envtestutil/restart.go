@@ -61,6 +61,16 @@ func FindControlPlaneProcess(name string, out io.Writer) (*ControlPlaneProcess, 
 	return nil, fmt.Errorf("no %s child process of pid %d", name, self)
 }
 
+// Arg returns the value of --name=value on the process's command line.
+func (p *ControlPlaneProcess) Arg(name string) string {
+	for _, a := range p.args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // Pause stops the process for d (every request to it hangs meanwhile).
 func (p *ControlPlaneProcess) Pause(d time.Duration) {
 	_ = syscall.Kill(p.pid, syscall.SIGSTOP)
@@ -71,8 +81,16 @@ func (p *ControlPlaneProcess) Pause(d time.Duration) {
 // Restart kills the process, waits down, and starts it again with the same
 // command line.
 func (p *ControlPlaneProcess) Restart(down time.Duration) error {
+	return p.RestartAfter(func() error { time.Sleep(down); return nil })
+}
+
+// RestartAfter kills the process, runs whileDown (restore a snapshot into
+// its data directory, say), and starts it again with the same command line.
+func (p *ControlPlaneProcess) RestartAfter(whileDown func() error) error {
 	p.kill()
-	time.Sleep(down)
+	if err := whileDown(); err != nil {
+		return err
+	}
 	cmd := exec.Command(p.args[0], p.args[1:]...)
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -1,0 +1,191 @@
+// Package restore tests that epochs stay above every epoch issued before an
+// etcd snapshot is restored the Kubernetes way (etcdutl snapshot restore
+// --bump-revision --mark-compacted), and shows why the bump is needed.
+package restore
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestRestore(t *testing.T) {
+	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	t.Run("with --bump-revision: a lock used after the snapshot starts above its old epochs", func(t *testing.T) {
+		before, after := restoreAndGrant(t, true)
+		t.Logf("highest epoch before the restore %d, first after it %d", before, after)
+		if after <= before {
+			t.Fatalf("epoch %d granted after the restore is not above %d, issued before it: a holder from before the restore could present it", after, before)
+		}
+	})
+	t.Run("without --bump-revision (the control): the same lock would reuse an epoch", func(t *testing.T) {
+		before, after := restoreAndGrant(t, false)
+		t.Logf("highest epoch before the restore %d, first after it %d (reused)", before, after)
+		if after > before {
+			t.Fatalf("epoch %d after a restore without the bump is above %d: this control no longer shows why the bump is needed", after, before)
+		}
+	})
+}
+
+// restoreAndGrant snapshots etcd, issues epochs on a lock created after the
+// snapshot, restores the snapshot (optionally bumping the revision), and
+// grants that lock again with a new manager: it returns the highest epoch
+// issued before the restore and the first one after it.
+func restoreAndGrant(t *testing.T, bump bool) (int64, int64) {
+	ctx := context.Background()
+	env, err := envtestutil.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var etcd, apiserver *envtestutil.ControlPlaneProcess
+	t.Cleanup(func() {
+		for _, p := range []*envtestutil.ControlPlaneProcess{apiserver, etcd} {
+			if p != nil {
+				p.Stop()
+			}
+		}
+		_ = env.Stop()
+	})
+	c, err := client.New(cfg, client.Options{Scheme: envtestutil.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := envtestutil.NewNamespace(ctx, c, "restore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Enough writes after the snapshot that a new ledger after an unbumped
+	// restore would start below the epochs issued.
+	grant(t, c, ns, "warm-up", "w0")
+
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "snapshot.db")
+	saveSnapshot(t, env.ControlPlane.Etcd.URL.String(), snap)
+
+	var last int64
+	for i := 1; i <= 5; i++ {
+		last = grant(t, c, ns, "report-2026-07", fmt.Sprintf("w%d", i))
+	}
+	if err := mgr.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	if apiserver, err = envtestutil.FindControlPlaneProcess("kube-apiserver", io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if etcd, err = envtestutil.FindControlPlaneProcess("etcd", io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	dataDir := etcd.Arg("data-dir")
+	args := []string{"snapshot", "restore", snap, "--data-dir", dataDir + ".restored"}
+	if bump {
+		args = append(args, "--bump-revision", "1000000", "--mark-compacted")
+	}
+	if err := etcd.RestartAfter(func() error {
+		out, err := exec.Command(filepath.Join(envtestutil.BinDir(), "etcdutl"), args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("etcdutl %v: %v\n%s", args, err, out)
+		}
+		if err := os.RemoveAll(dataDir); err != nil {
+			return err
+		}
+		return os.Rename(dataDir+".restored", dataDir)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The apiserver's caches still show the future the restore undid.
+	if err := apiserver.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	waitHealthy(t, c)
+
+	mgr2, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = mgr2.Stop() }()
+	return last, grant(t, c, ns, "report-2026-07", "after-restore")
+}
+
+func grant(t *testing.T, c client.Client, ns, lock, name string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	claim := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: fkv1.FencedLeaseSpec{LockName: lock, HolderIdentity: name, LeaseDurationSeconds: ptr.To(int32(60))}}
+	if err := c.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var got fkv1.FencedLease
+		if err := c.Get(ctx, client.ObjectKeyFromObject(claim), &got); err == nil && got.Status.Phase == fkv1.PhaseHeld {
+			// Give it up so the next claim is granted at once.
+			if err := c.Delete(ctx, &got, client.Preconditions{UID: &got.UID}); err != nil {
+				t.Fatal(err)
+			}
+			return got.Status.Epoch
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim %s/%s not Held after 60s", ns, name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func saveSnapshot(t *testing.T, endpoint, path string) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	r, err := cli.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitHealthy(t *testing.T, c client.Client) {
+	for i := 0; i < 600; i++ {
+		var list fkv1.FencedLeaseList
+		if err := c.List(context.Background(), &list, client.Limit(1)); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("the apiserver does not answer after the restore")
+}
