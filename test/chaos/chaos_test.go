@@ -177,6 +177,7 @@ func TestChaos(t *testing.T) {
 	sum.Faults["holder-pause"] = counts.Pauses.Load()
 	sum.Faults["out-of-order-delivery"] = counts.OutOfOrder.Load()
 	sum.Faults["reply-lost"] = counts.ReplyLost.Load()
+	sum.Faults["forged-next-epoch"] = counts.Forged.Load()
 	for i, m := range Methods {
 		sum.ByMethod[m] = counts.ByMethod[i].Load()
 	}
@@ -198,20 +199,35 @@ func TestChaos(t *testing.T) {
 // lock for a few seconds, their histories checked.
 func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, cfgs []*rest.Config, seed uint64, counts *Counters, outDir string) ([]Violation, Stats, error) {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	ns, err := envtestutil.NewNamespace(ctx, admin, fmt.Sprintf("chaos-%d", seed))
-	if err != nil {
-		return nil, Stats{}, err
+	// The nemesis may be restarting kube-apiserver or etcd: wait for it.
+	var ns string
+	var err error
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		if ns, err = envtestutil.NewNamespace(ctx, admin, fmt.Sprintf("chaos-%d", seed)); err == nil {
+			break
+		}
+		if time.Since(start) > time.Minute {
+			return nil, Stats{}, fmt.Errorf("creating the run's namespace: %w", err)
+		}
 	}
 	lock := "report"
 	ttl := time.Duration(2+rng.IntN(2)) * time.Second
 	duration := time.Duration(6+rng.IntN(4)) * time.Second
-	rec, err := Record(ctx, etcdURL, envtestutil.Scheme(), ns, lock)
-	if err != nil {
-		return nil, Stats{}, err
+	var rec *Recorder
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		if rec, err = Record(ctx, etcdURL, envtestutil.Scheme(), ns, lock); err == nil {
+			break
+		}
+		if time.Since(start) > time.Minute {
+			return nil, Stats{}, fmt.Errorf("recording: %w", err)
+		}
 	}
 
 	wctx, cancel := context.WithTimeout(ctx, duration)
 	var wg sync.WaitGroup
+	var bmu sync.Mutex
+	var beliefs []Belief
+	believe := func(b Belief) { bmu.Lock(); beliefs = append(beliefs, b); bmu.Unlock() }
 	for i, cfg := range cfgs {
 		f := NewFaults(nil, rng.Uint64(), 0.05, 0.1, 300*time.Millisecond)
 		wcfg := rest.CopyConfig(cfg)
@@ -222,7 +238,7 @@ func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, cfgs [
 			return nil, Stats{}, err
 		}
 		w := &Worker{Name: fmt.Sprintf("w%d", i+1), NS: ns, Lock: lock, TTL: ttl, Client: c,
-			Lease: lease.NewClientFrom(c, ns), Faults: f, Rng: rand.New(rand.NewPCG(rng.Uint64(), 2)), Count: counts}
+			Lease: lease.NewClientFrom(c, ns), Faults: f, Rng: rand.New(rand.NewPCG(rng.Uint64(), 2)), Count: counts, Believe: believe}
 		wg.Add(1)
 		go func() { defer wg.Done(); w.Run(wctx) }()
 	}
@@ -231,6 +247,9 @@ func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, cfgs [
 	time.Sleep(time.Second) // the last states reach the recorder
 	h, rerrs := rec.Stop()
 	v, st := Check(h, Window)
+	bmu.Lock()
+	v = append(v, CheckBeliefs(h, beliefs)...)
+	bmu.Unlock()
 	if len(v) > 0 {
 		writeTimeline(filepath.Join(outDir, fmt.Sprintf("run-%d.txt", seed)), seed, ttl, h, v)
 	}

@@ -40,6 +40,9 @@ type Event struct {
 	DataEpoch int64
 	// Holder is the claim UID the ledger or claim names.
 	Holder string
+	// Who is the claim's holder identity (KindClaim) or the writer the data
+	// names (KindWrite).
+	Who string
 	// Held: the ledger names a holder (KindLease).
 	Held bool
 	// Current: the object's fence policy is current (KindWrite).
@@ -86,7 +89,18 @@ const (
 	RuleObjectWentBack   = "an object accepted an older epoch after a newer one"
 	RuleStaleCurrent     = "a current-policy object accepted a superseded epoch past the window"
 	RuleHistoryUnordered = "the history is not ordered by resourceVersion"
+	RuleFutureToken      = "a write was accepted with an epoch not yet issued"
+	RuleWrongWriter      = "a write was accepted from another writer than the epoch's holder"
+	RuleTwoBelievers     = "a holder still believed it held after a newer epoch was granted"
 )
+
+// Belief is a holder's own view at one moment: its library said it held
+// epoch Epoch with safe time left (lease.Held and Remaining() > 0).
+type Belief struct {
+	Epoch int64
+	Who   string
+	At    time.Time
+}
 
 // Stats are figures of a checked history.
 type Stats struct {
@@ -105,7 +119,9 @@ func Check(h []Event, window time.Duration) ([]Violation, Stats) {
 	sort.SliceStable(h, func(i, j int) bool { return h[i].RV < h[j].RV })
 	var out []Violation
 	var st Stats
-	claimOf := map[int64]Event{} // epoch -> first event naming its holder
+	claimOf := map[int64]Event{}   // epoch -> first event naming its holder
+	holderOf := map[int64]string{} // epoch -> the claim's holder identity
+	var issued int64               // highest epoch granted so far, in RV order
 	var lastLease *Event
 	lastWrite := map[string]Event{}
 	// newest grant seen so far, in RV order, and when it was observed
@@ -123,6 +139,10 @@ func Check(h []Event, window time.Duration) ([]Violation, Stats) {
 				if newest == nil || e.Epoch > newest.Epoch {
 					newest = &h[i]
 				}
+				issued = max(issued, e.Epoch)
+				if e.Kind == KindClaim && e.Who != "" {
+					holderOf[e.Epoch] = e.Who
+				}
 			}
 		}
 		switch e.Kind {
@@ -137,6 +157,12 @@ func Check(h []Event, window time.Duration) ([]Violation, Stats) {
 				continue
 			}
 			st.Writes++
+			if e.Epoch > issued {
+				out = append(out, Violation{RuleFutureToken, fmt.Sprintf("%s: epoch %d accepted; the highest granted so far is %d", e.Object, e.Epoch, issued), []Event{e}})
+			}
+			if who, ok := holderOf[e.Epoch]; ok && e.Who != "" && e.Who != who {
+				out = append(out, Violation{RuleWrongWriter, fmt.Sprintf("%s: epoch %d is %s's, written by %s", e.Object, e.Epoch, who, e.Who), []Event{claimOf[e.Epoch], e}})
+			}
 			if e.DataEpoch != e.Epoch {
 				out = append(out, Violation{RuleDataNotToken, fmt.Sprintf("%s: data says %d, admitted as %d", e.Object, e.DataEpoch, e.Epoch), []Event{e}})
 			}
@@ -160,4 +186,35 @@ func Check(h []Event, window time.Duration) ([]Violation, Stats) {
 		}
 	}
 	return out, st
+}
+
+// CheckBeliefs returns a violation for each moment a holder's library still
+// said it held epoch E (with safe time left) after the recorder had already
+// seen a grant of an epoch above E: the library must report LOST before the
+// authority can grant the next epoch (its safe time ends a TTL after it
+// sent its last acknowledged renewal; the authority's expiry comes a TTL
+// after it observed that renewal, and the grant after that). Both clocks are
+// this process's.
+func CheckBeliefs(h []Event, beliefs []Belief) []Violation {
+	var grants []Event
+	for _, e := range h {
+		if (e.Kind == KindClaim || (e.Kind == KindLease && e.Held)) && e.Holder != "" {
+			grants = append(grants, e)
+		}
+	}
+	sort.Slice(grants, func(i, j int) bool { return grants[i].At.Before(grants[j].At) })
+	var out []Violation
+	for _, b := range beliefs {
+		for _, g := range grants {
+			if g.At.After(b.At) {
+				break
+			}
+			if g.Epoch > b.Epoch {
+				out = append(out, Violation{RuleTwoBelievers, fmt.Sprintf("%s believed it held epoch %d %v after epoch %d was granted",
+					b.Who, b.Epoch, b.At.Sub(g.At).Round(time.Millisecond), g.Epoch), []Event{g}})
+				break
+			}
+		}
+	}
+	return out
 }

@@ -15,8 +15,9 @@ func TestCheck(t *testing.T) {
 		return Event{Kind: KindWrite, RV: rv, Object: obj, Epoch: epoch, DataEpoch: data, Current: current, At: at(ms)}
 	}
 	claim := func(rv int64, name string, epoch int64, uid string, ms int) Event {
-		return Event{Kind: KindClaim, RV: rv, Object: name, Epoch: epoch, Holder: uid, At: at(ms)}
+		return Event{Kind: KindClaim, RV: rv, Object: name, Epoch: epoch, Holder: uid, Who: name, At: at(ms)}
 	}
+	withWho := func(e Event, who string) Event { e.Who = who; return e }
 	good := []Event{
 		lease(10, 100, "w1", 0), claim(11, "w1", 100, "w1", 1),
 		write(12, "report", 100, 100, true, 5), write(13, "ledger", 100, 100, false, 6),
@@ -38,9 +39,12 @@ func TestCheck(t *testing.T) {
 		{"the Lease goes back", with(good, lease(30, 99, "w9", 9500)), RuleLeaseWentBack},
 		{"data names another epoch", with(good, write(30, "report", 101, 100, true, 9500)), RuleDataNotToken},
 		{"an object accepts an older epoch", with(good, write(30, "ledger", 101, 101, false, 9500), write(31, "ledger", 100, 100, false, 9600)), RuleObjectWentBack},
+		{"a write with an epoch not yet issued", with(good, write(30, "ledger", 102, 102, false, 9500)), RuleFutureToken},
+		{"a write by another writer than the epoch's holder", with(good, withWho(write(30, "report", 101, 101, true, 9500), "w1")), RuleWrongWriter},
+		{"the holder's own write", with(good, withWho(write(30, "report", 101, 101, true, 9500), "w2")), ""},
 		{"a current object accepts a superseded epoch late", with(good[:7], write(23, "other", 100, 100, true, 4500)), RuleStaleCurrent},
-		{"the same order checked out of order (the checker sorts by RV)", []Event{write(24, "report", 101, 101, true, 3200), lease(21, 101, "w2", 3001), write(13, "report", 100, 100, true, 6)}, ""},
-		{"after a delete, the history of the name restarts", []Event{write(5, "r", 100, 100, false, 0), {Kind: KindWrite, RV: 6, Object: "r", Deleted: true}, write(7, "r", 100, 100, false, 1)}, ""},
+		{"the same order checked out of order (the checker sorts by RV)", []Event{write(24, "report", 101, 101, true, 3200), lease(21, 101, "w2", 3001), write(13, "report", 100, 100, true, 6), lease(10, 100, "w1", 0)}, ""},
+		{"after a delete, the history of the name restarts", []Event{lease(4, 100, "w1", 0), write(5, "r", 100, 100, false, 0), {Kind: KindWrite, RV: 6, Object: "r", Deleted: true}, write(7, "r", 100, 100, false, 1)}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,5 +59,21 @@ func TestCheck(t *testing.T) {
 				t.Fatalf("stats %+v, want 1 inside the window, 2 grants, 5 writes", st)
 			}
 		})
+	}
+}
+
+func TestCheckBeliefs(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	h := []Event{
+		{Kind: KindLease, RV: 10, Epoch: 100, Holder: "w1", Held: true, At: t0},
+		{Kind: KindClaim, RV: 21, Epoch: 101, Holder: "w2", Who: "w2", At: t0.Add(3 * time.Second)},
+	}
+	ok := []Belief{{Epoch: 100, Who: "w1", At: t0.Add(2900 * time.Millisecond)}, {Epoch: 101, Who: "w2", At: t0.Add(4 * time.Second)}}
+	if v := CheckBeliefs(h, ok); len(v) != 0 {
+		t.Fatalf("unexpected: %v", v)
+	}
+	late := append(ok, Belief{Epoch: 100, Who: "w1", At: t0.Add(3100 * time.Millisecond)})
+	if v := CheckBeliefs(h, late); len(v) != 1 || v[0].Rule != RuleTwoBelievers {
+		t.Fatalf("want one %q, got %v", RuleTwoBelievers, v)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,12 +34,15 @@ type Recorder struct {
 	cli    *clientv3.Client
 }
 
-var dataEpoch = regexp.MustCompile(`epoch=(-?\d+)`)
+var (
+	dataEpoch  = regexp.MustCompile(`epoch=(-?\d+)`)
+	dataWriter = regexp.MustCompile(`writer=(\S+)`)
+)
 
 // Record starts watching lock's history in ns, from the current revision,
 // on the etcd at endpoint.
 func Record(ctx context.Context, endpoint string, scheme *runtime.Scheme, ns, lock string) (*Recorder, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +113,9 @@ func convert(obj runtime.Object, lock string, deleted bool) (Event, bool) {
 		if m := dataEpoch.FindStringSubmatch(o.Data["report.csv"]); m != nil {
 			e.DataEpoch, _ = strconv.ParseInt(m[1], 10, 64)
 		}
+		if m := dataWriter.FindStringSubmatch(o.Data["report.csv"]); m != nil {
+			e.Who = m[1]
+		}
 		return e, true
 	case *coordinationv1.Lease:
 		if o.Name != lock || deleted {
@@ -120,7 +127,7 @@ func convert(obj runtime.Object, lock string, deleted bool) (Event, bool) {
 		if o.Spec.LockName != lock || deleted || o.Status.Phase != fkv1.PhaseHeld {
 			return Event{}, false
 		}
-		return Event{Kind: KindClaim, Object: o.Name, Epoch: o.Status.Epoch, Holder: string(o.UID)}, true
+		return Event{Kind: KindClaim, Object: o.Name, Epoch: o.Status.Epoch, Holder: string(o.UID), Who: o.Spec.HolderIdentity}, true
 	}
 	return Event{}, false
 }

@@ -19,9 +19,11 @@ import (
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 )
 
-// Objects the workers write: one under policy current, one monotonic.
-const (
-	ObjectCurrent   = "report-2026-07"
+// Objects the workers write: three under policy current (so a stale write
+// often finds one the new holder has not written yet, where only rule 4 can
+// refuse it), one monotonic.
+var (
+	ObjectsCurrent  = []string{"report-2026-07", "report-2026-08", "report-2026-09"}
 	ObjectMonotonic = "ledger"
 )
 
@@ -31,7 +33,7 @@ var Methods = []string{"update", "json-patch", "merge-patch", "merge-from-stale"
 // Counters are a run's figures (safe for concurrent use).
 type Counters struct {
 	Grants, Accepted, RefusedStale, RefusedOther, Conflicts, ReplyLost atomic.Int64
-	Pauses, OutOfOrder                                                 atomic.Int64
+	Pauses, OutOfOrder, Forged                                         atomic.Int64
 	ByMethod                                                           [5]atomic.Int64
 }
 
@@ -50,6 +52,8 @@ type Worker struct {
 	Faults *Faults
 	Rng    *rand.Rand
 	Count  *Counters
+	// Believe records what the holder's library says before each write.
+	Believe func(Belief)
 
 	stale  map[string]*corev1.ConfigMap // an old copy per object, for merge-from-stale
 	queued []func(context.Context)
@@ -78,7 +82,17 @@ func (w *Worker) Run(ctx context.Context) {
 				w.queued = append(w.queued, func(ctx context.Context) { w.write(ctx, epoch, obj, method) })
 				continue
 			}
-			w.write(ctx, l.Epoch, w.object(), w.Rng.IntN(len(Methods)))
+			if t := time.Now(); (l.State() == lease.Held || l.State() == lease.Suspect) && l.Remaining() > 0 {
+				w.Believe(Belief{Epoch: l.Epoch, Who: w.Name, At: t})
+			}
+			epoch := l.Epoch
+			if w.Rng.Float64() < 0.05 {
+				// A buggy client guessing the next token: refused unless it
+				// was issued, and then only to its holder's identity.
+				epoch++
+				w.Count.Forged.Add(1)
+			}
+			w.write(ctx, epoch, w.object(), w.Rng.IntN(len(Methods)))
 			if len(w.queued) > 1 && w.Rng.Float64() < 0.3 {
 				w.deliverQueued(ctx)
 			}
@@ -95,8 +109,8 @@ func (w *Worker) Run(ctx context.Context) {
 }
 
 func (w *Worker) object() string {
-	if w.Rng.IntN(2) == 0 {
-		return ObjectCurrent
+	if i := w.Rng.IntN(len(ObjectsCurrent) + 1); i < len(ObjectsCurrent) {
+		return ObjectsCurrent[i]
 	}
 	return ObjectMonotonic
 }

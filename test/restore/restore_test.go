@@ -14,6 +14,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	uberzap "go.uber.org/zap"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -157,7 +158,7 @@ func grant(t *testing.T, c client.Client, ns, lock, name string) int64 {
 }
 
 func saveSnapshot(t *testing.T, endpoint, path string) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: uberzap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
