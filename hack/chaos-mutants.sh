@@ -22,7 +22,8 @@ for patch in test/chaos/mutants/*.patch; do
 	what="$(sed -n '1s/^# //p' "${patch}")"
 	targets="$(sed -n 's/^# targets: //p' "${patch}")"
 	tmp="$(mktemp -d)"
-	git ls-files -z | xargs -0 tar -cf - | tar -xf - -C "${tmp}"
+	# The committed tree: edits in progress never leak into a mutant.
+	git archive HEAD | tar -xf - -C "${tmp}"
 	if ! (cd "${tmp}" && patch -s -p1 <"${ROOT}/${patch}"); then
 		echo "chaos-mutants: ${name} does not apply any more; update it" >&2
 		rm -rf "${tmp}"
