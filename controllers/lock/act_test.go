@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -127,7 +128,7 @@ func TestIdleLockIsForgotten(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(r.clock.seen).NotTo(HaveKey(x))
 		g.Expect(r.views.m).NotTo(HaveKey(x))
-		g.Expect(r.expect.written).NotTo(HaveKey(types.UID("claim-of-x")))
+		g.Expect(r.expect.written).NotTo(HaveKey(x))
 		if hasLease {
 			g.Expect(r.floors.floors).To(HaveKeyWithValue(x, int64(41)), "the floor must outlive idleness while the Lease exists")
 		} else {
@@ -136,7 +137,23 @@ func TestIdleLockIsForgotten(t *testing.T) {
 		// The other lock is untouched.
 		g.Expect(r.clock.seen).To(HaveKey(y))
 		g.Expect(r.floors.floors).To(HaveKey(y))
-		g.Expect(r.expect.written).To(HaveKey(types.UID("claim-of-y")))
+		g.Expect(r.expect.written).To(HaveKey(y))
 		g.Expect(r.views.m).To(HaveKey(y))
 	}
+}
+
+// A claim deleted right after our write is never seen again; the next
+// reconcile of its lock drops its entry.
+func TestExpectationsOfDeletedClaimsAreDropped(t *testing.T) {
+	g := NewWithT(t)
+	r := NewReconciler(nil, nil, nil, Options{})
+	lock := types.NamespacedName{Namespace: "ns", Name: "x"}
+	for i := 0; i < 100; i++ {
+		r.expect.wrote(lock, types.UID(fmt.Sprintf("gone-%d", i)), "10")
+	}
+	kept := claim("kept", 1, fkv1.PhasePending, 0)
+	kept.ResourceVersion = "5"
+	r.expect.wrote(lock, kept.UID, "10")
+	g.Expect(r.cacheBehindOwnWrites(lock, nil, []*fkv1.FencedLease{kept})).To(BeTrue(), "the kept claim's cache copy is older than our write")
+	g.Expect(r.expect.size()).To(Equal(1))
 }

@@ -48,7 +48,7 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 	g.ledger = fkv1.ReadLedger(g.lease, lock.Name)
 	g.hasLease = g.lease != nil
 	g.leaseDeleting = g.lease != nil && g.lease.DeletionTimestamp != nil
-	g.cacheBehind = r.cacheBehindOwnWrites(g.lease, g.claims)
+	g.cacheBehind = r.cacheBehindOwnWrites(lock, g.lease, g.claims)
 	if g.claims, err = r.confirmHolder(ctx, lock, g.ledger, g.claims); err != nil {
 		return g, err
 	}
@@ -118,16 +118,19 @@ func (r *Reconciler) storageRevision(ctx context.Context) (int64, error) {
 
 // cacheBehindOwnWrites reports whether the cache has not yet seen a write
 // this process made to the Lease or a claim.
-func (r *Reconciler) cacheBehindOwnWrites(lease *coordinationv1.Lease, claims []*fkv1.FencedLease) bool {
-	if lease != nil && r.expect.stale(lease.UID, lease.ResourceVersion) {
-		return true
+func (r *Reconciler) cacheBehindOwnWrites(lock types.NamespacedName, lease *coordinationv1.Lease, claims []*fkv1.FencedLease) bool {
+	live := make(map[types.UID]bool, len(claims)+1)
+	behind := false
+	if lease != nil {
+		live[lease.UID] = true
+		behind = r.expect.stale(lock, lease.UID, lease.ResourceVersion)
 	}
 	for _, c := range claims {
-		if r.expect.stale(c.UID, c.ResourceVersion) {
-			return true
-		}
+		live[c.UID] = true
+		behind = r.expect.stale(lock, c.UID, c.ResourceVersion) || behind
 	}
-	return false
+	r.expect.retain(lock, live)
+	return behind
 }
 
 func (r *Reconciler) listClaims(ctx context.Context, lock types.NamespacedName) ([]*fkv1.FencedLease, error) {
