@@ -82,18 +82,28 @@ func readSettings(t *testing.T) settings {
 
 // Summary is what a session reports (written to .chaos/summary.json).
 type Summary struct {
-	FirstSeed    uint64           `json:"firstSeed"`
-	Runs         int              `json:"runs"`
-	Faults       map[string]int64 `json:"faults"`
-	Grants       int64            `json:"grants"`
-	Accepted     int64            `json:"writesAccepted"`
-	RefusedStale int64            `json:"writesRefusedStale"`
-	RefusedOther int64            `json:"writesRefusedOther"`
-	Conflicts    int64            `json:"writesConflicted"`
-	ByMethod     map[string]int64 `json:"writesByMethod"`
-	InsideWindow int              `json:"staleAcceptedInsideWindow"`
-	Violations   int              `json:"violations"`
-	Seconds      float64          `json:"seconds"`
+	FirstSeed     uint64           `json:"firstSeed"`
+	Runs          int              `json:"runs"`
+	Faults        map[string]int64 `json:"faults"`
+	Grants        int64            `json:"grants"`
+	ProcessRuns   int64            `json:"kubectlFenceRuns"`
+	ProcessWrites int              `json:"writesAcceptedFromProcesses"`
+	Accepted      int64            `json:"writesAccepted"`
+	RefusedStale  int64            `json:"writesRefusedStale"`
+	RefusedOther  int64            `json:"writesRefusedOther"`
+	Conflicts     int64            `json:"writesConflicted"`
+	ByMethod      map[string]int64 `json:"writesByMethod"`
+	InsideWindow  int              `json:"staleAcceptedInsideWindow"`
+	Violations    int              `json:"violations"`
+	Seconds       float64          `json:"seconds"`
+}
+
+// TestMain lets the test binary be the command of the process workers.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == WriterCommand {
+		os.Exit(RunWriter())
+	}
+	os.Exit(m.Run())
 }
 
 func TestChaos(t *testing.T) {
@@ -131,6 +141,23 @@ func TestChaos(t *testing.T) {
 		workerCfgs[i] = u.Config()
 	}
 
+	plugin, err := envtestutil.BuildBinary("./cmd/kubectl-fence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pu, err := env.Env.AddUser(envtest.User{Name: "chaos-process-worker", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkc, err := pu.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := processSetup{plugin: plugin, kubeconfig: filepath.Join(t.TempDir(), "process-worker.kubeconfig")}
+	if err := os.WriteFile(procs.kubeconfig, pkc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
 	start := time.Now()
 	sum := Summary{FirstSeed: s.seed, ByMethod: map[string]int64{}}
 	var mu sync.Mutex
@@ -153,10 +180,11 @@ func TestChaos(t *testing.T) {
 					return
 				}
 				seed := s.seed + uint64(i)
-				v, st, err := runOnce(ctx, admin, env.Env.ControlPlane.Etcd.URL.String(), workerCfgs, seed, counts, s.outDir)
+				v, st, err := runOnce(ctx, admin, env.Env.ControlPlane.Etcd.URL.String(), procs, workerCfgs, seed, counts, s.outDir)
 				mu.Lock()
 				sum.Runs++
 				sum.InsideWindow += st.InsideWindow
+				sum.ProcessWrites += st.ByWriter["p1"]
 				sum.Violations += len(v)
 				mu.Unlock()
 				if err != nil {
@@ -178,6 +206,8 @@ func TestChaos(t *testing.T) {
 	sum.Faults["out-of-order-delivery"] = counts.OutOfOrder.Load()
 	sum.Faults["reply-lost"] = counts.ReplyLost.Load()
 	sum.Faults["forged-next-epoch"] = counts.Forged.Load()
+	sum.Faults["process-holder-pause"] = counts.ProcessPauses.Load()
+	sum.ProcessRuns = counts.ProcessRuns.Load()
 	for i, m := range Methods {
 		sum.ByMethod[m] = counts.ByMethod[i].Load()
 	}
@@ -197,7 +227,7 @@ func TestChaos(t *testing.T) {
 
 // runOnce is one seeded run in a namespace of its own: three workers on one
 // lock for a few seconds, their histories checked.
-func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, cfgs []*rest.Config, seed uint64, counts *Counters, outDir string) ([]Violation, Stats, error) {
+func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, procs processSetup, cfgs []*rest.Config, seed uint64, counts *Counters, outDir string) ([]Violation, Stats, error) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	// The nemesis may be restarting kube-apiserver or etcd: wait for it.
 	var ns string
@@ -242,6 +272,10 @@ func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, cfgs [
 		wg.Add(1)
 		go func() { defer wg.Done(); w.Run(wctx) }()
 	}
+	pw := &ProcessWorker{Name: "p1", NS: ns, Lock: lock, TTL: ttl, Plugin: procs.plugin, Kubeconfig: procs.kubeconfig,
+		Rng: rand.New(rand.NewPCG(rng.Uint64(), 4)), Pauses: &counts.ProcessPauses, Runs: &counts.ProcessRuns}
+	wg.Add(1)
+	go func() { defer wg.Done(); pw.Run(wctx) }()
 	wg.Wait()
 	cancel()
 	time.Sleep(time.Second) // the last states reach the recorder
@@ -390,3 +424,7 @@ func (n *nemesis) stop() map[string]int64 {
 func namespaceObj(name string) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 }
+
+// processSetup is what the process workers need: the kubectl-fence binary
+// and a kubeconfig of their own user.
+type processSetup struct{ plugin, kubeconfig string }

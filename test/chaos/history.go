@@ -109,6 +109,8 @@ type Stats struct {
 	// were accepted within the documented window after the newer grant was
 	// observed (allowed; reported).
 	InsideWindow int
+	// ByWriter counts accepted writes by the writer their data names.
+	ByWriter map[string]int
 }
 
 // Check returns every violation in h (sorted by RV first). window is the
@@ -118,7 +120,7 @@ func Check(h []Event, window time.Duration) ([]Violation, Stats) {
 	h = append([]Event(nil), h...)
 	sort.SliceStable(h, func(i, j int) bool { return h[i].RV < h[j].RV })
 	var out []Violation
-	var st Stats
+	st := Stats{ByWriter: map[string]int{}}
 	claimOf := map[int64]Event{}   // epoch -> first event naming its holder
 	holderOf := map[int64]string{} // epoch -> the claim's holder identity
 	var issued int64               // highest epoch granted so far, in RV order
@@ -157,6 +159,7 @@ func Check(h []Event, window time.Duration) ([]Violation, Stats) {
 				continue
 			}
 			st.Writes++
+			st.ByWriter[e.Who]++
 			if e.Epoch > issued {
 				out = append(out, Violation{RuleFutureToken, fmt.Sprintf("%s: epoch %d accepted; the highest granted so far is %d", e.Object, e.Epoch, issued), []Event{e}})
 			}

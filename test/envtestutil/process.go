@@ -22,24 +22,31 @@ import (
 )
 
 var (
-	buildOnce   sync.Once
-	builtBinary string
-	buildErr    error
+	buildMu sync.Mutex
+	built   = map[string]string{}
 )
 
-// ManagerBinary builds cmd/manager once per test process (into the temporary
-// directory; the Go build cache makes it quick) and returns its path.
-func ManagerBinary() (string, error) {
-	buildOnce.Do(func() {
-		builtBinary = filepath.Join(os.TempDir(), fmt.Sprintf("fencekeeper-manager-test-%d", os.Getpid()))
-		build := exec.Command("go", "build", "-o", builtBinary, "./cmd/manager")
-		build.Dir = RepoRoot()
-		if out, err := build.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building cmd/manager: %v\n%s", err, out)
-		}
-	})
-	return builtBinary, buildErr
+// BuildBinary builds the main package pkg of this repository (for example
+// "./cmd/manager") once per test process, into the temporary directory (the
+// Go build cache makes it quick), and returns its path.
+func BuildBinary(pkg string) (string, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if path, ok := built[pkg]; ok {
+		return path, nil
+	}
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("fencekeeper-%s-test-%d", filepath.Base(pkg), os.Getpid()))
+	build := exec.Command("go", "build", "-o", path, pkg)
+	build.Dir = RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+	}
+	built[pkg] = path
+	return path, nil
 }
+
+// ManagerBinary builds cmd/manager (see BuildBinary).
+func ManagerBinary() (string, error) { return BuildBinary("./cmd/manager") }
 
 // ManagerProcess is bin/manager running as a real process: the faults that
 // only a process has (SIGSTOP, SIGKILL) can be injected into it.
