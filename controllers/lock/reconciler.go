@@ -92,6 +92,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, recorder events.Eve
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	lock := req.NamespacedName
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("lock", lock.String()))
+	defer r.reportMemory()
 
 	g, err := r.gather(ctx, lock)
 	if err != nil {

@@ -1,0 +1,87 @@
+package controllers_test
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+// memoryLocks reads fencekeeper_authority_memory_locks{memory=m}.
+func memoryLocks(m string) float64 {
+	families, err := metrics.Registry.Gather()
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	for _, f := range families {
+		if f.GetName() != "fencekeeper_authority_memory_locks" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "memory" && l.GetValue() == m {
+					return s.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+var _ = Describe("The authority's memory", func() {
+	It("shrinks back after 200 distinct locks churn: idle locks are forgotten, floors stay only while Leases exist", func() {
+		ns := newNamespace()
+		m := startManager(time.Second)
+		DeferCleanup(m.Stop)
+		transient := func() float64 {
+			return memoryLocks("clock") + memoryLocks("views") + memoryLocks("expectations")
+		}
+		time.Sleep(2 * time.Second) // earlier specs' locks settle in this manager's memory
+		baseline := transient()
+
+		const n = 200
+		var peak float64
+		var mu sync.Mutex
+		stop := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+					mu.Lock()
+					peak = max(peak, transient())
+					mu.Unlock()
+				}
+			}
+		}()
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 20)
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer GinkgoRecover()
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				c := createClaim(ns, fmt.Sprintf("c-%03d", i), fmt.Sprintf("mem-%03d", i), "W", 30)
+				deleteClaim(eventuallyPhase(ns, c.Name, fkv1.PhaseHeld))
+			}()
+		}
+		wg.Wait()
+		close(stop)
+		mu.Lock()
+		Expect(peak).To(BeNumerically(">=", baseline+10), "the churn never showed in memory: this test would not see a leak")
+		mu.Unlock()
+		Eventually(transient, 30*time.Second).Should(BeNumerically("<=", baseline), "idle locks stay in memory")
+
+		var leases coordinationv1.LeaseList
+		Expect(k8s.List(ctx, &leases, client.MatchingLabels{fkv1.LabelManagedBy: fkv1.ManagedByValue})).To(Succeed())
+		Expect(memoryLocks("floors")).To(BeNumerically("<=", len(leases.Items)), "floors of locks without a Lease")
+	})
+})
