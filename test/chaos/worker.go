@@ -85,14 +85,18 @@ func (w *Worker) Run(ctx context.Context) {
 			if t := time.Now(); (l.State() == lease.Held || l.State() == lease.Suspect) && l.Remaining() > 0 {
 				w.Believe(Belief{Epoch: l.Epoch, Who: w.Name, At: t})
 			}
-			epoch := l.Epoch
-			if w.Rng.Float64() < 0.05 {
+			epoch, obj := l.Epoch, w.object()
+			if w.Rng.Float64() < 0.1 {
 				// A buggy client guessing the next token: refused unless it
-				// was issued, and then only to its holder's identity.
+				// was issued, and then only to its holder's identity. Half
+				// go to the monotonic object, where only rule 3 refuses them.
 				epoch++
 				w.Count.Forged.Add(1)
+				if w.Rng.IntN(2) == 0 {
+					obj = ObjectMonotonic
+				}
 			}
-			w.write(ctx, epoch, w.object(), w.Rng.IntN(len(Methods)))
+			w.write(ctx, epoch, obj, w.Rng.IntN(len(Methods)))
 			if len(w.queued) > 1 && w.Rng.Float64() < 0.3 {
 				w.deliverQueued(ctx)
 			}
