@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -325,7 +326,18 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 	if err != nil {
 		return nil, err
 	}
-	proc, err := envtestutil.StartManagerProcess(ctx, env.Env, admin, dir, logs)
+	// The manager process reaches the apiserver through a proxy the nemesis
+	// can partition (CHAOS_PARTITIONS=1; see docs/reliability.md).
+	server, err := url.Parse(env.Admin.Host)
+	if err != nil {
+		return nil, err
+	}
+	proxy, err := envtestutil.NewProxy(server.Host)
+	if err != nil {
+		return nil, err
+	}
+	partitions := os.Getenv("CHAOS_PARTITIONS") == "1"
+	proc, err := envtestutil.StartManagerProcessVia(ctx, env.Env, admin, dir, logs, proxy.Addr)
 	if err != nil {
 		return nil, err
 	}
@@ -347,13 +359,24 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 	rng := rand.New(rand.NewPCG(seed, 3))
 	go func() {
 		defer close(n.done)
-		defer func() { proc.Stop(); _ = second.Stop(); apiserver.Stop(); etcd.Stop() }()
+		defer func() {
+			proxy.Heal()
+			proc.Stop()
+			proxy.Close()
+			_ = second.Stop()
+			apiserver.Stop()
+			etcd.Stop()
+		}()
 		for {
 			sleep(ctx, time.Duration(1000+rng.IntN(2000))*time.Millisecond)
 			if ctx.Err() != nil {
 				return
 			}
-			switch k := rng.IntN(7); k {
+			kinds := 7
+			if partitions {
+				kinds = 8
+			}
+			switch k := rng.IntN(kinds); k {
 			case 0:
 				n.count("manager-sigstop")
 				_ = proc.Signal(syscall.SIGSTOP)
@@ -362,7 +385,7 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 			case 1:
 				n.count("manager-sigkill")
 				proc.Kill()
-				if proc, err = envtestutil.StartManagerProcess(context.Background(), env.Env, admin, dir, logs); err != nil {
+				if proc, err = envtestutil.StartManagerProcessVia(context.Background(), env.Env, admin, dir, logs, proxy.Addr); err != nil {
 					panic(fmt.Sprintf("restarting the manager process: %v", err))
 				}
 			case 2:
@@ -387,6 +410,13 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 			case 5:
 				n.count("etcd-pause")
 				etcd.Pause(time.Duration(200+rng.IntN(3000)) * time.Millisecond)
+			case 7:
+				// The manager process loses the apiserver (its webhook is still
+				// called): its cache freezes while the other authority grants.
+				n.count("manager-partition")
+				proxy.Partition()
+				sleep(ctx, time.Duration(300+rng.IntN(5000))*time.Millisecond)
+				proxy.Heal()
 			}
 		}
 	}()

@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -59,6 +60,12 @@ type ManagerProcess struct {
 // fencing webhook where envtest registered it, and waits until it answers
 // admission. extraArgs are appended to its command line.
 func StartManagerProcess(ctx context.Context, env *envtest.Environment, admin client.Client, dir string, out io.Writer, extraArgs ...string) (*ManagerProcess, error) {
+	return StartManagerProcessVia(ctx, env, admin, dir, out, "", extraArgs...)
+}
+
+// StartManagerProcessVia is StartManagerProcess with the manager reaching
+// the apiserver at via (host:port of a Proxy; "" for directly).
+func StartManagerProcessVia(ctx context.Context, env *envtest.Environment, admin client.Client, dir string, out io.Writer, via string, extraArgs ...string) (*ManagerProcess, error) {
 	bin, err := ManagerBinary()
 	if err != nil {
 		return nil, err
@@ -70,6 +77,18 @@ func StartManagerProcess(ctx context.Context, env *envtest.Environment, admin cl
 	kc, err := u.KubeConfig()
 	if err != nil {
 		return nil, err
+	}
+	if via != "" {
+		cfg, err := clientcmd.Load(kc)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cfg.Clusters {
+			c.Server = "https://" + via
+		}
+		if kc, err = clientcmd.Write(*cfg); err != nil {
+			return nil, err
+		}
 	}
 	kubeconfig := filepath.Join(dir, "manager.kubeconfig")
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
