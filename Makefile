@@ -17,6 +17,7 @@ CHAOS_BUDGET ?=
 CHAOS_RUNS ?=
 CHAOS_SEED ?=
 CHAOS_PARALLEL ?= 2
+CHAOS_PARTITIONS ?=
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 
@@ -133,7 +134,7 @@ dev-up: tools build manifests ## The same in the background; kubeconfig at .dev/
 
 .PHONY: chaos
 chaos: tools ## Randomized fault runs (CHAOS_RUNS=500, or CHAOS_BUDGET=10m; CHAOS_SEED=n replays one run); report in .chaos/.
-	CHAOS_RUNS="$(CHAOS_RUNS)" CHAOS_BUDGET="$(CHAOS_BUDGET)" CHAOS_SEED="$(CHAOS_SEED)" CHAOS_PARALLEL="$(CHAOS_PARALLEL)" \
+	CHAOS_RUNS="$(CHAOS_RUNS)" CHAOS_BUDGET="$(CHAOS_BUDGET)" CHAOS_SEED="$(CHAOS_SEED)" CHAOS_PARALLEL="$(CHAOS_PARALLEL)" CHAOS_PARTITIONS="$(CHAOS_PARTITIONS)" \
 		$(GO) test -count=1 -timeout 0 -run '^TestChaos$$' -v ./test/chaos
 
 .PHONY: chaos-mutants
@@ -177,6 +178,7 @@ help: ## Show the targets by section, then the variables you can set.
 	@echo "  BARE=1                   run, dev-up: control plane only, no CRD/webhook/policy/manager (to try the Helm chart)"
 	@echo "  CLUSTER=full             run, dev-up: also kube-controller-manager and kwok (two fake nodes): real Deployments, GC, namespace deletion"
 	@echo "  CHAOS_RUNS, CHAOS_BUDGET chaos: how many runs, or for how long (make test: 60s); CHAOS_SEED=n replays one run"
+	@echo "  CHAOS_PARALLEL           chaos: runs at once (default 2); CHAOS_PARTITIONS=1 adds partitions of the manager process"
 	@echo "  IMG                      docker-build: image name (now: $(IMG))"
 	@echo "  CONTAINER_TOOL           docker-build: container engine (now: $(CONTAINER_TOOL))"
 	@echo "  KUBEBUILDER_ASSETS       where envtest finds etcd, kube-apiserver, kubectl; make sets it to bin/ (set it yourself for a bare go test)"
