@@ -13,7 +13,6 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,13 +35,12 @@ var _ = Describe("kubectl fence run cut off from the apiserver", func() {
 		proxy, err := envtestutil.NewProxy(server.Host)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(proxy.Close)
-		kc, err := clientcmd.LoadFromFile(kubeconfig)
+		kc, err := os.ReadFile(kubeconfig)
 		Expect(err).NotTo(HaveOccurred())
-		for _, c := range kc.Clusters {
-			c.Server = "https://" + proxy.Addr
-		}
+		kc, err = proxy.Through(kc)
+		Expect(err).NotTo(HaveOccurred())
 		proxied := filepath.Join(dir, "proxied.kubeconfig")
-		Expect(clientcmd.WriteToFile(*kc, proxied)).To(Succeed())
+		Expect(os.WriteFile(proxied, kc, 0o600)).To(Succeed())
 
 		script := `echo "$FENCEKEEPER_EPOCH" > env.txt
 trap 'exit 7' TERM

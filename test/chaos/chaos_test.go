@@ -337,7 +337,7 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 		return nil, err
 	}
 	partitions := os.Getenv("CHAOS_PARTITIONS") == "1"
-	proc, err := envtestutil.StartManagerProcessVia(ctx, env.Env, admin, dir, logs, proxy.Addr)
+	proc, err := envtestutil.StartManagerProcessVia(ctx, env.Env, admin, dir, logs, proxy)
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +385,7 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 			case 1:
 				n.count("manager-sigkill")
 				proc.Kill()
-				if proc, err = envtestutil.StartManagerProcessVia(context.Background(), env.Env, admin, dir, logs, proxy.Addr); err != nil {
+				if proc, err = envtestutil.StartManagerProcessVia(context.Background(), env.Env, admin, dir, logs, proxy); err != nil {
 					panic(fmt.Sprintf("restarting the manager process: %v", err))
 				}
 			case 2:
@@ -400,13 +400,13 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 				if err := apiserver.Restart(time.Duration(rng.IntN(1000)) * time.Millisecond); err != nil {
 					panic(err)
 				}
-				waitHealthy(admin)
+				_ = envtestutil.WaitAnswering(context.Background(), admin) // runs wait for it too
 			case 4:
 				n.count("etcd-restart")
 				if err := etcd.Restart(time.Duration(rng.IntN(1000)) * time.Millisecond); err != nil {
 					panic(err)
 				}
-				waitHealthy(admin)
+				_ = envtestutil.WaitAnswering(context.Background(), admin) // runs wait for it too
 			case 5:
 				n.count("etcd-pause")
 				etcd.Pause(time.Duration(200+rng.IntN(3000)) * time.Millisecond)
@@ -421,16 +421,6 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 		}
 	}()
 	return n, nil
-}
-
-// waitHealthy waits (up to a minute) until the apiserver answers again.
-func waitHealthy(c client.Client) {
-	for i := 0; i < 600; i++ {
-		if err := c.List(context.Background(), &corev1.NamespaceList{}, client.Limit(1)); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func (n *nemesis) count(kind string) {

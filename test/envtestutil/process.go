@@ -15,7 +15,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -60,12 +59,12 @@ type ManagerProcess struct {
 // fencing webhook where envtest registered it, and waits until it answers
 // admission. extraArgs are appended to its command line.
 func StartManagerProcess(ctx context.Context, env *envtest.Environment, admin client.Client, dir string, out io.Writer, extraArgs ...string) (*ManagerProcess, error) {
-	return StartManagerProcessVia(ctx, env, admin, dir, out, "", extraArgs...)
+	return StartManagerProcessVia(ctx, env, admin, dir, out, nil, extraArgs...)
 }
 
 // StartManagerProcessVia is StartManagerProcess with the manager reaching
-// the apiserver at via (host:port of a Proxy; "" for directly).
-func StartManagerProcessVia(ctx context.Context, env *envtest.Environment, admin client.Client, dir string, out io.Writer, via string, extraArgs ...string) (*ManagerProcess, error) {
+// the apiserver through via (nil: directly).
+func StartManagerProcessVia(ctx context.Context, env *envtest.Environment, admin client.Client, dir string, out io.Writer, via *Proxy, extraArgs ...string) (*ManagerProcess, error) {
 	bin, err := ManagerBinary()
 	if err != nil {
 		return nil, err
@@ -78,15 +77,8 @@ func StartManagerProcessVia(ctx context.Context, env *envtest.Environment, admin
 	if err != nil {
 		return nil, err
 	}
-	if via != "" {
-		cfg, err := clientcmd.Load(kc)
-		if err != nil {
-			return nil, err
-		}
-		for _, c := range cfg.Clusters {
-			c.Server = "https://" + via
-		}
-		if kc, err = clientcmd.Write(*cfg); err != nil {
+	if via != nil {
+		if kc, err = via.Through(kc); err != nil {
 			return nil, err
 		}
 	}

@@ -3,6 +3,8 @@ package envtestutil
 import (
 	"net"
 	"sync"
+
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Proxy is a TCP proxy to the apiserver that a test controls, for network
@@ -122,4 +124,17 @@ func (p *Proxy) Close() {
 	p.open.Broadcast()
 	p.mu.Unlock()
 	_ = p.ln.Close()
+}
+
+// Through returns kubeconfig (its bytes) with every cluster's server set to
+// the proxy, so a client or process reaches the apiserver through it.
+func (p *Proxy) Through(kubeconfig []byte) ([]byte, error) {
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = "https://" + p.Addr
+	}
+	return clientcmd.Write(*cfg)
 }

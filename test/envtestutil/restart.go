@@ -2,6 +2,7 @@ package envtestutil
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // ControlPlaneProcess is etcd or kube-apiserver of a control plane this test
@@ -134,4 +138,17 @@ func (p *ControlPlaneProcess) Stop() {
 		}
 		p.cmd = nil
 	}
+}
+
+// WaitAnswering waits up to a minute until the apiserver answers c again
+// (after a restart of it or of etcd).
+func WaitAnswering(ctx context.Context, c client.Client) error {
+	var err error
+	for i := 0; i < 600; i++ {
+		if err = c.List(ctx, &corev1.NamespaceList{}, client.Limit(1)); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("the apiserver does not answer after a minute: %w", err)
 }

@@ -122,7 +122,9 @@ func restoreAndGrant(t *testing.T, bump bool) (int64, int64) {
 	if err := apiserver.Restart(0); err != nil {
 		t.Fatal(err)
 	}
-	waitHealthy(t, c)
+	if err := envtestutil.WaitAnswering(ctx, c); err != nil {
+		t.Fatal(err)
+	}
 
 	mgr2, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{})
 	if err != nil {
@@ -178,15 +180,4 @@ func saveSnapshot(t *testing.T, endpoint, path string) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func waitHealthy(t *testing.T, c client.Client) {
-	for i := 0; i < 600; i++ {
-		var list fkv1.FencedLeaseList
-		if err := c.List(context.Background(), &list, client.Limit(1)); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatal("the apiserver does not answer after the restore")
 }
