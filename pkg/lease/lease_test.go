@@ -239,6 +239,39 @@ var _ = Describe("Holder library", func() {
 		Expect(claims(ns)).To(BeEmpty())
 	})
 
+	It("never renews a Lease that names another claim, even before its claim watch reports the loss", func() {
+		holder, f, _ := holderClient(ns)
+		// Every claim watch this client opens from now on can be held back.
+		f.set(func(f *faults) { f.holdWatchPath = "/fencedleases" })
+		rec := &recorder{}
+		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 30 * time.Second, RenewInterval: 300 * time.Millisecond, OnTransition: rec.record})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = w1.Release(ctx) })
+		w2 := waiter(ns, "w2", "report")
+
+		By("W1's claim watch stalls: whatever happens to its claim, W1 hears it only from the Lease")
+		hold := make(chan struct{})
+		f.set(func(f *faults) { f.holdWatch = hold })
+		DeferCleanup(func() { close(hold) })
+
+		By("an admin deletes W1's claim; the authority grants W2 while W1 is healthy and renewing")
+		Expect(admin.Delete(ctx, &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w1.ClaimName}})).To(Succeed())
+		Eventually(phaseOf(w2), 10*time.Second).Should(Equal(fkv1.PhaseHeld))
+		var granted coordinationv1.Lease
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "report"}, &granted)).To(Succeed())
+		Expect(fkv1.ReadLedger(&granted, "report").HolderUID).To(Equal(w2.UID))
+
+		By("W1's next renewal finds W2's claim on the Lease: W1 is LOST and W2's Lease is not renewed by W1")
+		Eventually(w1.State, 5*time.Second, 50*time.Millisecond).Should(Equal(lease.Lost))
+		rec.mu.Lock()
+		last := rec.got[len(rec.got)-1]
+		rec.mu.Unlock()
+		Expect(last.Reason).To(ContainSubstring("not ours"), "LOST must come from the renewal's check, not the stalled claim watch")
+		var after coordinationv1.Lease
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "report"}, &after)).To(Succeed())
+		Expect(after.Spec.RenewTime).To(Equal(granted.Spec.RenewTime), "someone renewed W2's Lease (nothing renews W2)")
+	})
+
 	It("stamps the lock label and epoch on typed and unstructured objects", func() {
 		cm := &corev1.ConfigMap{}
 		lease.Stamp(cm, "report-2026-07", 42)

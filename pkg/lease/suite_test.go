@@ -75,7 +75,39 @@ type faults struct {
 	// capture: forward, and keep a copy to replay later.
 	capture  []rule
 	captured []captured
-	next     http.RoundTripper
+	// holdWatch, while set, holds back every byte of watch streams whose
+	// path contains holdWatchPath until it is closed: events are delayed,
+	// not lost.
+	holdWatch     chan struct{}
+	holdWatchPath string
+	next          http.RoundTripper
+}
+
+// heldBody delays each read of a watch stream while its faults hold watches.
+type heldBody struct {
+	io.ReadCloser
+	f      *faults
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.f.mu.Lock()
+	hold := b.f.holdWatch
+	b.f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-b.closed:
+		}
+	}
+	return n, err
+}
+
+func (b *heldBody) Close() error {
+	b.once.Do(func() { close(b.closed) })
+	return b.ReadCloser.Close()
 }
 
 type rule struct {
@@ -128,6 +160,13 @@ func (f *faults) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 	}
 	resp, err := f.next.RoundTrip(req)
+	if err == nil && strings.Contains(req.URL.RawQuery, "watch=true") {
+		f.mu.Lock()
+		if f.holdWatchPath != "" && strings.Contains(req.URL.Path, f.holdWatchPath) {
+			resp.Body = &heldBody{ReadCloser: resp.Body, f: f, closed: make(chan struct{})}
+		}
+		f.mu.Unlock()
+	}
 	if capt {
 		f.mu.Lock()
 		f.captured = append(f.captured, captured{method: req.Method, url: req.URL.String(), header: req.Header.Clone(), body: body})
