@@ -52,6 +52,28 @@ var _ = Describe("Identity binding", func() {
 		Expect(err.Error()).To(ContainSubstring("cannot be changed"))
 	})
 
+	It("labels a claim with its lock, whatever the client sent, and keeps the label", func() {
+		c := newClaimObj(ns, "w3", lock, "W3", 300)
+		c.Labels = map[string]string{fkv1.LabelLock: "another-lock"}
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		Expect(c.Labels).To(HaveKeyWithValue(fkv1.LabelLock, lock))
+		var listed fkv1.FencedLeaseList
+		Expect(k8s.List(ctx, &listed, client.InNamespace(ns), client.MatchingLabels{fkv1.LabelLock: lock})).To(Succeed())
+		Expect(listed.Items).To(HaveLen(1))
+
+		delete(c.Labels, fkv1.LabelLock)
+		err := k8s.Update(ctx, c)
+		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("fencekeeper.io/lock label of a claim"))
+
+		By("a lock name the schema refuses is reported as exactly that")
+		bad := newClaimObj(ns, "w4", "Not_A_Lock", "W4", 300)
+		err = k8s.Create(ctx, bad)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("spec.lockName"))
+		Expect(err.Error()).NotTo(ContainSubstring("metadata.labels"))
+	})
+
 	It("refuses the holder's epoch from another identity, naming the lock and the holder's identity; the opt-out accepts it", func() {
 		w2 := acquire(ns, "w2", lock, "W2", 300)
 		Expect(k8s.Create(ctx, fencedConfigMap(ns, lock, lock, w2.Status.Epoch, "v12 by W2", nil))).To(Succeed())
