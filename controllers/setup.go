@@ -1,6 +1,7 @@
 // Package controllers wires fencekeeper's manager: the lock authority
-// (controllers/lock), the pod bridge (controllers/podlease) and the fencing
-// admission webhook (webhook). cmd/manager and the test helpers both call
+// (controllers/lock), the pod bridge (controllers/podlease), the clean-up of
+// expired claims (controllers/claimcleanup) and the fencing admission
+// webhook (webhook). cmd/manager and the test helpers both call
 // Setup, so the tests run the wiring users run.
 package controllers
 
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/controllers/claimcleanup"
 	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
 	"github.com/fencekeeper/fencekeeper/controllers/lock"
 	"github.com/fencekeeper/fencekeeper/controllers/podlease"
@@ -41,6 +43,9 @@ type Options struct {
 	// ForeignLeaseRecheck: how often a lock blocked by a Lease fencekeeper
 	// does not manage is looked at again (0: the default).
 	ForeignLeaseRecheck time.Duration
+	// ExpiredClaimRetention: how long an Expired claim is kept after it
+	// ended before it is deleted (0: kept until someone deletes it).
+	ExpiredClaimRetention time.Duration
 	// Webhook serves the fencing admission webhook on the manager's webhook
 	// server. With WebhookReady set, it is registered once that channel
 	// closes (the serving certificate exists).
@@ -86,6 +91,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	if err := podlease.NewReconciler(mgr.GetClient(), recorder).SetupWithManager(ctx, mgr, copts); err != nil {
 		return err
+	}
+	if o.ExpiredClaimRetention > 0 {
+		if err := claimcleanup.NewReconciler(mgr.GetClient(), o.ExpiredClaimRetention, nil).SetupWithManager(mgr, copts); err != nil {
+			return err
+		}
 	}
 	if !o.Webhook {
 		return nil

@@ -34,6 +34,7 @@ func main() {
 		certs                  certOptions
 		syncPeriod             time.Duration
 		pprofAddr              string
+		expiredRetention       time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
@@ -54,6 +55,8 @@ func main() {
 	flag.StringVar(&certs.webhookConfig, "webhook-config-name", "fencekeeper-fencing", "MutatingWebhookConfiguration (the fencing webhook) whose caBundle is kept current.")
 	flag.DurationVar(&syncPeriod, "sync-period", 10*time.Hour, "How often the informer caches resync (every object is reconciled again).")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address for net/http/pprof (empty: off).")
+	flag.DurationVar(&expiredRetention, "expired-claim-retention", 24*time.Hour,
+		"How long an Expired claim is kept after it ended before it is deleted (0: keep Expired claims until someone deletes them). Claims a Pod owns go with the pod.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	// --kubeconfig is registered by controller-runtime's config package.
@@ -97,7 +100,11 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	wiring := controllers.Options{Concurrency: concurrency, Webhook: enableWebhook}
+	if expiredRetention < 0 {
+		log.Error(nil, "--expired-claim-retention must be 0 (keep Expired claims) or positive", "got", expiredRetention.String())
+		os.Exit(1)
+	}
+	wiring := controllers.Options{Concurrency: concurrency, Webhook: enableWebhook, ExpiredClaimRetention: expiredRetention}
 	if enableWebhook {
 		ready, err := setupCertRotation(mgr, certs)
 		if err != nil {

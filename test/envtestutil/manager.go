@@ -29,6 +29,8 @@ type ManagerOptions struct {
 	Webhook *envtest.WebhookInstallOptions
 	// SyncPeriod of the cache (0: controller-runtime's default).
 	SyncPeriod time.Duration
+	// ExpiredClaimRetention turns the clean-up of Expired claims on (0: off).
+	ExpiredClaimRetention time.Duration
 }
 
 // Manager is one fencekeeper manager running in the test process, the way a
@@ -68,6 +70,7 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
 		Concurrency: 4, ForeignLeaseRecheck: o.ForeignLeaseRecheck, Webhook: o.Webhook != nil, ForTests: true,
+		ExpiredClaimRetention: o.ExpiredClaimRetention,
 	}); err != nil {
 		cancel()
 		return nil, err
