@@ -2,7 +2,7 @@
 # Stops what dev-up started: the devcluster process group (control plane and manager).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEV="${ROOT}/.dev"
+DEV="${DEV_DIR:-${ROOT}/.dev}"
 pidfile="${DEV}/devcluster.pid"
 if [[ ! -f "${pidfile}" ]]; then
 	echo "dev-down: nothing running (no .dev/devcluster.pid)"

@@ -67,7 +67,10 @@ func run(o options) error {
 		return err
 	}
 	dir, _ := filepath.Abs(o.dir)
-	_ = os.Remove(filepath.Join(dir, "ready"))
+	ready := filepath.Join(dir, "ready")
+	_ = os.Remove(ready)
+	// Whatever ends this run, nothing may show it as ready afterwards.
+	defer func() { _ = os.Remove(ready) }()
 	if err := portsFree(o); err != nil {
 		return err
 	}
@@ -160,7 +163,7 @@ func run(o options) error {
 		fmt.Printf(">> manager running (pid %d; metrics http://%s/metrics)\n", cmd.Process.Pid, o.metricsAddr)
 	}
 
-	if err := os.WriteFile(filepath.Join(dir, "ready"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(ready, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return err
 	}
 	fmt.Printf(`
@@ -197,8 +200,10 @@ func startManager(o options, kubeconfig string, wh *envtest.WebhookInstallOption
 		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	// The manager dies with us even if we are killed without a chance to
-	// stop it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	// stop it. Its own process group keeps a terminal's Ctrl-C away from it:
+	// we stop it ourselves, after the reply to Ctrl-C is under way, so its
+	// exit is not mistaken for a crash.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w (run 'make build')", o.manager, err)
 	}
