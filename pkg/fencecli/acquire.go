@@ -18,10 +18,21 @@ type acquireFlags struct {
 }
 
 func (f *acquireFlags) bind(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.holder, "holder", defaultHolder(), "Holder identity (default: hostname-pid).")
-	cmd.Flags().DurationVar(&f.ttl, "ttl", 15*time.Second, "Lease duration (whole seconds).")
-	cmd.Flags().DurationVar(&f.wait, "wait", 0, "How long to wait in the queue (0: forever).")
+	cmd.Flags().StringVar(&f.holder, "holder", defaultHolder(), "Holder identity. "+holderDefault)
+	cmd.Flags().DurationVar(&f.ttl, "ttl", 15*time.Second, "Lease duration: whole seconds from 1s to 24h.")
+	cmd.Flags().DurationVar(&f.wait, "wait", 0, "How long to wait in the queue before giving up (0: forever; not negative).")
 	cmd.Flags().StringVar(&f.requestID, "request-id", "", "Request ID; the same ID finds the same claim after a lost reply.")
+}
+
+// validate checks the flags acquire and run share, before any API call.
+func (f *acquireFlags) validate() error {
+	if err := validTTL(f.ttl); err != nil {
+		return err
+	}
+	if err := validWait(f.wait); err != nil {
+		return err
+	}
+	return validHolder(f.holder)
 }
 
 func (f *acquireFlags) context(parent context.Context) (context.Context, context.CancelFunc) {
@@ -45,13 +56,25 @@ type result struct {
 func newAcquireCommand(o *options) *cobra.Command {
 	f := &acquireFlags{}
 	cmd := &cobra.Command{
-		Use:   "acquire LOCK --holder ID [--ttl 15s] [--wait 30s]",
-		Short: "Wait for the lock and print the epoch",
-		Long: `acquire queues for LOCK, waits until it holds it and prints the epoch.
+		Use:   "acquire LOCK [--holder ID] [--ttl 15s] [--wait 30s] [-o json|yaml]",
+		Short: "Wait for the lock and print the epoch and the claim name",
+		Long: `acquire queues for LOCK, waits until it holds it and prints the epoch and
+the claim name on one line: "EPOCH CLAIM" (the epoch stays the first word;
+-o json|yaml prints the whole result).
 
 The lease is not renewed after this command exits: it expires after --ttl
-unless your process renews the backing Lease (or use 'kubectl fence run').`,
-		Args: cobra.ExactArgs(1),
+unless your process renews the backing Lease (or use 'kubectl fence run').
+Release it early with 'kubectl fence release CLAIM' or
+'kubectl fence release --lock LOCK --holder ID'.`,
+		Example: `  kubectl fence acquire -n reports report-2026-07 --holder W1 --ttl 60s --wait 30s
+  read -r EPOCH CLAIM < <(kubectl fence acquire -n reports report-2026-07 --holder W1)`,
+		Args: oneLock,
+		PreRunE: func(*cobra.Command, []string) error {
+			if err := f.validate(); err != nil {
+				return err
+			}
+			return validOutput(f.output)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lc, _, ns, err := o.clients()
 			if err != nil {
@@ -67,11 +90,12 @@ unless your process renews the backing Lease (or use 'kubectl fence run').`,
 				return err
 			}
 			r := result{Namespace: ns, Lock: l.Lock, Holder: l.Holder, Claim: l.ClaimName, UID: string(l.UID), Epoch: l.Epoch, TTL: l.TTL.String()}
-			return printResult(o, f.output, r, func() { out(o.streams.Out, "%d\n", l.Epoch) })
+			// The epoch stays the first word: scripts that read it keep working.
+			return printResult(o, f.output, r, func() { out(o.streams.Out, "%d %s\n", l.Epoch, l.ClaimName) })
 		},
 	}
 	f.bind(cmd)
-	cmd.Flags().StringVarP(&f.output, "output", "o", "", "Output format: json or yaml (default: the epoch alone).")
+	cmd.Flags().StringVarP(&f.output, "output", "o", "", "Output format: json or yaml (default: one line, \"EPOCH CLAIM\").")
 	return cmd
 }
 

@@ -14,15 +14,35 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
 
 func fence(ns string, args ...string) *exec.Cmd {
 	return exec.Command(plugin, append([]string{"--kubeconfig", kubeconfig, "-n", ns}, args...)...)
+}
+
+// fenceExit runs the plugin with extra environment and returns its exit
+// code and output.
+func fenceExit(ns string, env []string, args ...string) (int, string, string) {
+	cmd := fence(ns, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), stdout.String(), stderr.String()
+	}
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return 0, stdout.String(), stderr.String()
 }
 
 func claimsIn(ns string) []fkv1.FencedLease {
@@ -96,11 +116,16 @@ while true; do sleep 0.1; done`
 		Expect(string(out)).To(Equal(fmt.Sprintf("epoch=%d\n", e1+1)))
 	})
 
-	It("acquires and prints the epoch, as JSON too, and releases by claim name", func() {
+	It("acquires and prints the epoch and the claim, as JSON too, and releases by claim name", func() {
 		out, err := fence(ns, "acquire", "report", "--holder", "W1", "--ttl", "60s").Output()
 		Expect(err).NotTo(HaveOccurred())
-		e1, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
-		Expect(err).NotTo(HaveOccurred(), "acquire prints the epoch")
+		Expect(string(out)).To(MatchRegexp(`^[1-9][0-9]* report-[0-9a-f]{12}\n$`), "acquire prints EPOCH CLAIM")
+		words := strings.Fields(string(out))
+		e1, err := strconv.ParseInt(words[0], 10, 64)
+		Expect(err).NotTo(HaveOccurred(), "the epoch stays the first word")
+		Expect(claimsIn(ns)).To(HaveLen(1))
+		claim := claimsIn(ns)[0].Name
+		Expect(words[1]).To(Equal(claim))
 
 		By("a second holder times out in the queue and leaves it")
 		cmd := fence(ns, "acquire", "report", "--holder", "W2", "--wait", "1s")
@@ -110,10 +135,9 @@ while true; do sleep 0.1; done`
 		Expect(stderr.String()).To(ContainSubstring("timed out after 1s waiting for lock " + ns + "/report (left the queue)"))
 		Eventually(func() []fkv1.FencedLease { return claimsIn(ns) }, 5*time.Second).Should(HaveLen(1))
 
-		claim := claimsIn(ns)[0].Name
-		out, err = fence(ns, "release", claim).Output()
+		out, err = fence(ns, "release", words[1]).Output()
 		Expect(err).NotTo(HaveOccurred())
-		Expect(string(out)).To(ContainSubstring("released " + ns + "/" + claim))
+		Expect(string(out)).To(Equal(fmt.Sprintf("released %s/%s (lock report, epoch %d)\n", ns, claim, e1)))
 
 		out, err = fence(ns, "acquire", "report", "--holder", "W3", "-o", "json").Output()
 		Expect(err).NotTo(HaveOccurred())
@@ -121,6 +145,79 @@ while true; do sleep 0.1; done`
 		Expect(json.Unmarshal(out, &r)).To(Succeed())
 		Expect(r).To(HaveKeyWithValue("epoch", BeNumerically("==", e1+1)))
 		Expect(r).To(HaveKeyWithValue("holder", "W3"))
+		Expect(r).To(HaveKeyWithValue("lock", "report"))
+		Expect(r).To(HaveKeyWithValue("namespace", ns))
+		Expect(r).To(HaveKeyWithValue("claim", claimsIn(ns)[0].Name))
+	})
+
+	It("releases by --lock and --holder, finds the default holder's claim, and fails clearly or not at all when nothing is left", func() {
+		By("a claim with a request ID: its name does not follow from the lock and holder alone")
+		out, err := fence(ns, "acquire", "report", "--holder", "W1", "--request-id", "monthly", "--ttl", "60s").Output()
+		Expect(err).NotTo(HaveOccurred())
+		claim := strings.Fields(string(out))[1]
+		Expect(claim).To(Equal(lease.ClaimName("report", "W1", "monthly")))
+		code, stdout, stderr := fenceExit(ns, nil, "release", "--lock", "report", "--holder", "W1")
+		Expect(code).To(Equal(0), stderr)
+		Expect(stdout).To(HavePrefix(fmt.Sprintf("released %s/%s (lock report, epoch ", ns, claim)))
+		Eventually(func() []fkv1.FencedLease { return claimsIn(ns) }, 5*time.Second).Should(BeEmpty())
+
+		By("a second release fails, naming what it looked for, unless --ignore-not-found")
+		code, stdout, stderr = fenceExit(ns, nil, "release", "--lock", "report", "--holder", "W1")
+		Expect(code).To(Equal(1))
+		Expect(stdout).To(BeEmpty())
+		Expect(stderr).To(ContainSubstring(`no claim of lock %s/report by holder "W1" (already released?)`, ns))
+		Expect(stderr).To(ContainSubstring("--ignore-not-found"))
+		code, stdout, stderr = fenceExit(ns, nil, "release", "--lock", "report", "--holder", "W1", "--ignore-not-found")
+		Expect(code).To(Equal(0), stderr)
+		Expect(stdout + stderr).To(BeEmpty())
+		code, _, stderr = fenceExit(ns, nil, "release", claim)
+		Expect(code).To(Equal(1))
+		Expect(stderr).To(ContainSubstring("no claim %s/%s (already released?)", ns, claim))
+		Expect(stderr).To(ContainSubstring("--ignore-not-found"))
+		code, _, stderr = fenceExit(ns, nil, "release", claim, "--ignore-not-found")
+		Expect(code).To(Equal(0), stderr)
+
+		By("without --holder, acquire and release agree on the holder: $POD_NAME")
+		pod := []string{"POD_NAME=report-worker-7f9c"}
+		code, stdout, stderr = fenceExit(ns, pod, "acquire", "report", "-o", "json")
+		Expect(code).To(Equal(0), stderr)
+		var r map[string]any
+		Expect(json.Unmarshal([]byte(stdout), &r)).To(Succeed())
+		Expect(r).To(HaveKeyWithValue("holder", "report-worker-7f9c"))
+		code, stdout, stderr = fenceExit(ns, pod, "release", "--lock", "report")
+		Expect(code).To(Equal(0), stderr)
+		Expect(stdout).To(HavePrefix(fmt.Sprintf("released %s/%s ", ns, r["claim"])))
+		Eventually(func() []fkv1.FencedLease { return claimsIn(ns) }, 5*time.Second).Should(BeEmpty())
+	})
+
+	It("shows a lock blocked by a Lease fencekeeper does not manage", func() {
+		foreign := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken"},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("someone-else")}}
+		Expect(admin.Create(ctx, foreign)).To(Succeed())
+		w := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1"},
+			Spec: fkv1.FencedLeaseSpec{LockName: "taken", HolderIdentity: "W1"}}
+		Expect(admin.Create(ctx, w)).To(Succeed())
+		Eventually(func() bool {
+			Expect(admin.Get(ctx, client.ObjectKeyFromObject(w), w)).To(Succeed())
+			return meta.IsStatusConditionTrue(w.Status.Conditions, fkv1.ConditionLockConflict)
+		}, 10*time.Second).Should(BeTrue())
+		reason := meta.FindStatusCondition(w.Status.Conditions, fkv1.ConditionLockConflict).Message
+
+		for _, args := range [][]string{{"status"}, {"status", "taken"}} {
+			code, stdout, stderr := fenceExit(ns, nil, args...)
+			Expect(code).To(Equal(0), stderr)
+			Expect(stdout).To(MatchRegexp(`(?m)^taken\s+<conflict: Lease not managed by fencekeeper>\s+0\s+-\s+1 waiting \[W1\]$`))
+			Expect(stdout).To(ContainSubstring("taken: LockConflict: " + reason))
+			Expect(reason).To(ContainSubstring("Lease " + ns + "/taken exists and is not managed by fencekeeper"))
+		}
+
+		code, stdout, stderr := fenceExit(ns, nil, "status", "taken", "-o", "json")
+		Expect(code).To(Equal(0), stderr)
+		var locks []map[string]any
+		Expect(json.Unmarshal([]byte(stdout), &locks)).To(Succeed())
+		Expect(locks).To(HaveLen(1))
+		Expect(locks[0]).To(HaveKeyWithValue("conflict", reason))
+		Expect(locks[0]).NotTo(HaveKey("holder"))
 	})
 
 	It("explains bad input and unknown locks", func() {

@@ -40,7 +40,14 @@ Every write to an object fenced by the lock must carry the epoch
 (annotation fencekeeper.io/epoch); the object refuses older epochs.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Usage lines and errors say what to type: "kubectl fence run ...".
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl fence"},
 	}
+	root.SetOut(streams.Out) // --help, for callers of Main other than the binary
+	root.SetErr(streams.ErrOut)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return fmt.Errorf("%w\nsee '%s --help'", err, cmd.CommandPath())
+	})
 	o.flags.AddFlags(root.PersistentFlags())
 	root.AddCommand(newAcquireCommand(o), newRunCommand(o), newStatusCommand(o), newReleaseCommand(o))
 	return root
@@ -112,7 +119,17 @@ func explain(err error) string {
 
 func out(w io.Writer, format string, args ...any) { fmt.Fprintf(w, format, args...) }
 
+// holderDefault documents defaultHolder in every command's --holder help.
+const holderDefault = "Default: $POD_NAME if set (downward API), else the hostname; " +
+	"the same on every call, so 'release --lock' finds the claim."
+
+// defaultHolder is the same for every call from one pod or machine (not
+// per process): a later `release --lock X` must find the claim an earlier
+// `acquire X` made without --holder.
 func defaultHolder() string {
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		return pod
+	}
 	h, _ := os.Hostname()
-	return fmt.Sprintf("%s-%d", h, os.Getpid())
+	return h
 }

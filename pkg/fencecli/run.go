@@ -26,23 +26,30 @@ func newRunCommand(o *options) *cobra.Command {
 	f := &acquireFlags{}
 	var sigName string
 	var grace time.Duration
+	var sig syscall.Signal
 	cmd := &cobra.Command{
-		Use:   "run LOCK [--holder ID] [--ttl 15s] [--signal SIGTERM] -- CMD [ARGS...]",
-		Short: "Hold the lock while CMD runs",
-		Long: `run waits for LOCK, then runs CMD while renewing the lease. CMD sees
+		Use:   "run LOCK [flags] -- COMMAND [ARGS...]",
+		Short: "Hold the lock while COMMAND runs",
+		Long: `run waits for LOCK, then runs COMMAND while renewing the lease. COMMAND sees
 FENCEKEEPER_EPOCH, FENCEKEEPER_LOCK, FENCEKEEPER_HOLDER, FENCEKEEPER_CLAIM and
 FENCEKEEPER_NAMESPACE; it must stamp FENCEKEEPER_EPOCH on its writes to fenced
-objects. If the lease is lost, CMD gets --signal (then SIGKILL after --grace).
-When CMD exits the lock is released, and run exits with CMD's exit code.`,
-		Args: cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			sig, ok := signals[sigName]
-			if !ok {
+objects. If the lease is lost, COMMAND gets --signal (then SIGKILL after
+--grace). When COMMAND exits the lock is released, and run exits with
+COMMAND's exit code.`,
+		Example: `  kubectl fence run -n reports report-2026-07 --holder W1 --ttl 30s -- ./publish-report.sh
+  kubectl fence run -n reports report-2026-07 -- sh -c 'echo "epoch $FENCEKEEPER_EPOCH"'`,
+		Args: runArgs,
+		PreRunE: func(*cobra.Command, []string) error {
+			var ok bool
+			if sig, ok = signals[sigName]; !ok {
 				return fmt.Errorf("unknown --signal %q: use one of %v", sigName, sets.List(sets.KeySet(signals)))
 			}
-			if cmd.ArgsLenAtDash() != 1 {
-				return errors.New("usage: kubectl fence run LOCK [flags] -- CMD [ARGS...]")
+			if grace < 0 {
+				return fmt.Errorf("--grace %v: want 0 (SIGKILL at once) or a positive duration such as 10s", grace)
 			}
+			return f.validate()
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
 			lc, _, ns, err := o.clients()
 			if err != nil {
 				return err
@@ -63,9 +70,28 @@ When CMD exits the lock is released, and run exits with CMD's exit code.`,
 		},
 	}
 	f.bind(cmd)
-	cmd.Flags().StringVar(&sigName, "signal", "SIGTERM", "Signal sent to CMD when the lease is lost.")
-	cmd.Flags().DurationVar(&grace, "grace", 10*time.Second, "After --signal, how long before SIGKILL.")
+	cmd.Flags().StringVar(&sigName, "signal", "SIGTERM", "Signal sent to COMMAND when the lease is lost.")
+	cmd.Flags().DurationVar(&grace, "grace", 10*time.Second, "After --signal, how long before SIGKILL (not negative).")
 	return cmd
+}
+
+// runArgs wants exactly LOCK before "--" and a COMMAND after it. The "--"
+// keeps COMMAND's own flags away from ours.
+func runArgs(cmd *cobra.Command, args []string) error {
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case len(args) == 0:
+		return usageError(cmd, "missing LOCK and COMMAND")
+	case dash < 0:
+		return usageError(cmd, "missing \"--\" before COMMAND (got %q)", args)
+	case dash == 0:
+		return usageError(cmd, "missing LOCK before \"--\"")
+	case dash > 1:
+		return usageError(cmd, "one LOCK only before \"--\", got %q", args[:dash])
+	case len(args) == 1:
+		return usageError(cmd, "missing COMMAND after \"--\"")
+	}
+	return validLock(args[0])
 }
 
 func runHeld(o *options, l *lease.Lease, ns string, argv []string, sig syscall.Signal, grace time.Duration) error {

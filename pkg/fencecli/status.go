@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/cobra"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -24,14 +26,31 @@ type lockStatus struct {
 	Epoch     int64    `json:"epoch"`
 	TTLLeft   string   `json:"ttlLeft,omitempty"`
 	Queue     []string `json:"queue"`
+	// Conflict is set while a same-named Lease that fencekeeper does not
+	// manage blocks the lock: why (the claims' LockConflict message).
+	Conflict string `json:"conflict,omitempty"`
 }
+
+// conflictHolder is what the HOLDER column shows for a blocked lock.
+const conflictHolder = "<conflict: Lease not managed by fencekeeper>"
 
 func newStatusCommand(o *options) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "status [LOCK]",
 		Short: "Show holder, epoch, time left and the queue of one lock or all locks in the namespace",
-		Args:  cobra.MaximumNArgs(1),
+		Example: `  kubectl fence status -n reports
+  kubectl fence status -n reports report-2026-07 -o json`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageError(cmd, "at most one LOCK, got %d arguments: %q", len(args), args)
+			}
+			if len(args) == 1 {
+				return validLock(args[0])
+			}
+			return nil
+		},
+		PreRunE: func(*cobra.Command, []string) error { return validOutput(output) },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, c, ns, err := o.clients()
 			if err != nil {
@@ -48,22 +67,33 @@ func newStatusCommand(o *options) *cobra.Command {
 			if only != "" && len(locks) == 0 {
 				return fmt.Errorf("no such lock %s/%s: no FencedLease names it and no Lease records it", ns, only)
 			}
-			return printResult(o, output, locks, func() {
-				tw := tabwriter.NewWriter(o.streams.Out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "LOCK\tHOLDER\tEPOCH\tTTL LEFT\tQUEUE")
-				for _, l := range locks {
-					holder, left := l.Holder, l.TTLLeft
-					if holder == "" {
-						holder, left = "<free>", "-"
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d waiting %v\n", l.Lock, holder, l.Epoch, left, len(l.Queue), l.Queue)
-				}
-				_ = tw.Flush()
-			})
+			return printResult(o, output, locks, func() { printTable(o, locks) })
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: json or yaml (default: a table).")
 	return cmd
+}
+
+func printTable(o *options, locks []lockStatus) {
+	tw := tabwriter.NewWriter(o.streams.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOCK\tHOLDER\tEPOCH\tTTL LEFT\tQUEUE")
+	for _, l := range locks {
+		holder, left := l.Holder, l.TTLLeft
+		switch {
+		case l.Conflict != "":
+			holder, left = conflictHolder, "-"
+		case holder == "":
+			holder, left = "<free>", "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d waiting %v\n", l.Lock, holder, l.Epoch, left, len(l.Queue), l.Queue)
+	}
+	_ = tw.Flush()
+	// The reasons are long: below the table, so its columns stay readable.
+	for _, l := range locks {
+		if l.Conflict != "" {
+			out(o.streams.Out, "\n%s: %s: %s\n", l.Lock, fkv1.ReasonLockConflict, l.Conflict)
+		}
+	}
 }
 
 func collectStatus(ctx context.Context, c client.Client, ns, only string) ([]lockStatus, error) {
@@ -88,7 +118,9 @@ func collectStatus(ctx context.Context, c client.Client, ns, only string) ([]loc
 		if err != nil && !apierrors.IsNotFound(err) {
 			return nil, err
 		}
-		if led := fkv1.ReadLedger(&l, lock); err == nil && led.Exists {
+		led := fkv1.ReadLedger(&l, lock)
+		switch {
+		case err == nil && led.Exists:
 			st.Epoch = led.Epoch
 			if led.Held() && led.HolderIdentity != "" {
 				st.Holder, st.Claim = led.HolderIdentity, led.HolderClaim
@@ -98,7 +130,11 @@ func collectStatus(ctx context.Context, c client.Client, ns, only string) ([]loc
 					st.TTLLeft = fmt.Sprintf("~%s", left.Round(time.Second))
 				}
 			}
-		} else if len(cls) == 0 {
+		case err == nil:
+			// A Lease fencekeeper does not manage holds the lock's name: the
+			// controller grants nobody while it exists.
+			st.Conflict = conflictReason(ns, lock, cls)
+		case len(cls) == 0:
 			continue
 		}
 		sort.Slice(cls, func(i, j int) bool {
@@ -116,4 +152,17 @@ func collectStatus(ctx context.Context, c client.Client, ns, only string) ([]loc
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Lock < out[j].Lock })
 	return out, nil
+}
+
+// conflictReason is the controller's LockConflict message on a waiting
+// claim, or, before the controller has written one, the same facts.
+func conflictReason(ns, lock string, cls []fkv1.FencedLease) string {
+	for _, cl := range cls {
+		if c := meta.FindStatusCondition(cl.Status.Conditions, fkv1.ConditionLockConflict); c != nil && c.Status == metav1.ConditionTrue {
+			return c.Message
+		}
+	}
+	return fmt.Sprintf("Lease %s/%s exists and is not managed by fencekeeper (no label %s=%s); "+
+		"fencekeeper will not overwrite it: delete it or use another lock name",
+		ns, lock, fkv1.LabelManagedBy, fkv1.ManagedByValue)
 }

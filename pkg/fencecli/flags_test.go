@@ -1,0 +1,134 @@
+package fencecli_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fencekeeper/fencekeeper/pkg/fencecli"
+)
+
+// noCluster is the error of a command that got past its checks and tried to
+// connect: these tests point --kubeconfig at a file that does not exist, so
+// a check that runs only after connecting never shows its message.
+const noCluster = "no Kubernetes connection"
+
+func runMain(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	missing := filepath.Join(t.TempDir(), "no-such-kubeconfig")
+	var stdout, stderr bytes.Buffer
+	code := fencecli.Main(append([]string{"--kubeconfig", missing}, args...),
+		fencecli.Streams{In: strings.NewReader(""), Out: &stdout, ErrOut: &stderr})
+	return code, stdout.String(), stderr.String()
+}
+
+// Bad flags and arguments are refused before any API call, with what to
+// type instead; good ones at the edges of the ranges get through.
+func TestFlagAndArgumentErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want []string // substrings of stderr, in any order
+	}{
+		// --ttl, --wait (acquire and run), --grace (run)
+		{"acquire ttl zero", []string{"acquire", "x", "--ttl", "0s"}, []string{"--ttl 0s: want whole seconds from 1s to 24h"}},
+		{"acquire ttl negative", []string{"acquire", "x", "--ttl", "-5s"}, []string{"--ttl -5s: want whole seconds from 1s to 24h"}},
+		{"acquire ttl fraction", []string{"acquire", "x", "--ttl", "1500ms"}, []string{"--ttl 1.5s: want whole seconds"}},
+		{"acquire ttl too long", []string{"acquire", "x", "--ttl", "25h"}, []string{"--ttl 25h0m0s: want whole seconds from 1s to 24h"}},
+		{"acquire wait negative", []string{"acquire", "x", "--wait", "-1s"}, []string{"--wait -1s: want 0 (wait forever"}},
+		{"acquire ttl not a duration", []string{"acquire", "x", "--ttl", "abc"}, []string{`invalid argument "abc" for "--ttl" flag`, "see 'kubectl fence acquire --help'"}},
+		{"run ttl zero", []string{"run", "x", "--ttl", "0s", "--", "true"}, []string{"--ttl 0s: want whole seconds from 1s to 24h"}},
+		{"run ttl negative", []string{"run", "x", "--ttl", "-1s", "--", "true"}, []string{"--ttl -1s: want whole seconds from 1s to 24h"}},
+		{"run wait negative", []string{"run", "x", "--wait", "-1s", "--", "true"}, []string{"--wait -1s: want 0 (wait forever"}},
+		{"run grace negative", []string{"run", "x", "--grace", "-1s", "--", "true"}, []string{"--grace -1s: want 0"}},
+		{"run unknown signal", []string{"run", "x", "--signal", "SIGFOO", "--", "true"}, []string{`unknown --signal "SIGFOO"`}},
+		// --holder, -o, lock names
+		{"acquire empty holder", []string{"acquire", "x", "--holder", ""}, []string{"--holder is empty"}},
+		{"acquire bad output", []string{"acquire", "x", "-o", "xml"}, []string{`-o "xml": want json or yaml`}},
+		{"status bad output", []string{"status", "-o", "xml"}, []string{`-o "xml": want json or yaml`}},
+		{"acquire bad lock", []string{"acquire", "Bad_Lock"}, []string{`invalid lock name "Bad_Lock"`}},
+		{"run bad lock", []string{"run", "Bad_Lock", "--", "true"}, []string{`invalid lock name "Bad_Lock"`}},
+		// missing or extra arguments: say what to type
+		{"acquire no lock", []string{"acquire"}, []string{"missing LOCK", "usage: kubectl fence acquire LOCK", "example:\n  kubectl fence acquire -n reports report-2026-07"}},
+		{"acquire two locks", []string{"acquire", "a", "b"}, []string{"one LOCK only, got 2 arguments", "usage: kubectl fence acquire LOCK"}},
+		{"run nothing", []string{"run"}, []string{"missing LOCK and COMMAND", "usage: kubectl fence run LOCK [flags] -- COMMAND [ARGS...]", "example:\n  kubectl fence run -n reports report-2026-07"}},
+		{"run no dash", []string{"run", "x", "true"}, []string{`missing "--" before COMMAND`, "usage: kubectl fence run LOCK [flags] -- COMMAND [ARGS...]"}},
+		{"run lock only", []string{"run", "x"}, []string{`missing "--" before COMMAND`, "usage: kubectl fence run LOCK [flags] -- COMMAND [ARGS...]"}},
+		{"run no lock", []string{"run", "--", "true"}, []string{`missing LOCK before "--"`, "usage: kubectl fence run"}},
+		{"run no command", []string{"run", "x", "--"}, []string{`missing COMMAND after "--"`, "usage: kubectl fence run"}},
+		{"run two locks", []string{"run", "a", "b", "--", "true"}, []string{`one LOCK only before "--"`, "usage: kubectl fence run"}},
+		{"release nothing", []string{"release"}, []string{"missing CLAIM", "or --lock LOCK", "usage: kubectl fence release", "example:\n  kubectl fence release -n reports"}},
+		{"release two claims", []string{"release", "a", "b"}, []string{"one CLAIM only, got 2 arguments", "usage: kubectl fence release"}},
+		{"release claim and lock", []string{"release", "c", "--lock", "x"}, []string{"either CLAIM or --lock, not both"}},
+		{"release holder without lock", []string{"release", "c", "--holder", "W1"}, []string{"--holder needs --lock"}},
+		{"release bad lock", []string{"release", "--lock", "Bad_Lock"}, []string{`invalid lock name "Bad_Lock"`}},
+		{"release empty holder", []string{"release", "--lock", "x", "--holder", ""}, []string{"--holder is empty"}},
+		{"status two locks", []string{"status", "a", "b"}, []string{"at most one LOCK, got 2 arguments", "usage: kubectl fence status [LOCK]"}},
+		// the edges of the ranges pass the checks (and then find no cluster)
+		{"acquire ttl 1s wait 0", []string{"acquire", "x", "--ttl", "1s", "--wait", "0s"}, []string{noCluster}},
+		{"acquire ttl 24h json", []string{"acquire", "x", "--ttl", "24h", "-o", "json"}, []string{noCluster}},
+		{"run grace 0 wait 1s", []string{"run", "x", "--grace", "0s", "--wait", "1s", "--", "true"}, []string{noCluster}},
+		{"release by claim", []string{"release", "c", "--ignore-not-found"}, []string{noCluster}},
+		{"release by lock", []string{"release", "--lock", "x", "--holder", "W1"}, []string{noCluster}},
+		{"status all", []string{"status", "-o", "yaml"}, []string{noCluster}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runMain(t, tt.args...)
+			if code != 1 {
+				t.Errorf("exit code %d, want 1; stderr:\n%s", code, stderr)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr does not say %q:\n%s", w, stderr)
+				}
+			}
+			if tt.want[0] != noCluster && strings.Contains(stderr, noCluster) {
+				t.Errorf("the check ran after connecting:\n%s", stderr)
+			}
+		})
+	}
+}
+
+// The default holder is the same on every call from one pod or machine, so
+// a later `release --lock` finds an earlier acquire's claim.
+func TestDefaultHolder(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skip("no hostname:", err)
+	}
+	for _, tt := range []struct{ podName, want string }{
+		{"", host},
+		{"report-worker-7f9c", "report-worker-7f9c"},
+	} {
+		t.Setenv("POD_NAME", tt.podName)
+		for _, cmd := range []string{"acquire", "run", "release"} {
+			code, stdout, stderr := runMain(t, cmd, "--help")
+			if code != 0 {
+				t.Fatalf("%s --help: exit %d: %s", cmd, code, stderr)
+			}
+			holder := helpLine(stdout, "--holder")
+			if !strings.Contains(holder, `(default "`+tt.want+`")`) {
+				t.Errorf("POD_NAME=%q: %s --holder defaults to something else than %q:\n%s", tt.podName, cmd, tt.want, holder)
+			}
+			if !strings.Contains(holder, "$POD_NAME if set") || !strings.Contains(holder, "else the hostname") {
+				t.Errorf("%s --help does not document the default holder:\n%s", cmd, holder)
+			}
+		}
+	}
+}
+
+// helpLine is the help text of one flag (cobra wraps nothing: one line).
+func helpLine(help, flag string) string {
+	for _, l := range strings.Split(help, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), flag+" ") {
+			return l
+		}
+	}
+	return ""
+}
