@@ -33,6 +33,27 @@ func memoryLocks(m string) float64 {
 	return 0
 }
 
+// reconcileErrors reads controller_runtime_reconcile_errors_total of a
+// controller (summed over the managers this process started).
+func reconcileErrors(controller string) float64 {
+	families, err := metrics.Registry.Gather()
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_errors_total" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					total += s.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
 var _ = Describe("The authority's memory", func() {
 	It("shrinks back after 200 distinct locks churn: idle locks are forgotten, floors stay only while Leases exist", func() {
 		ns := newNamespace()

@@ -190,9 +190,13 @@ var _ = Describe("Pod-held leases", func() {
 		Eventually(stateOf(ns, a.Name), 10*time.Second).Should(Equal("Held/1"))
 		b := leasePod(ns, "at-once-b", "at-once", "300", true)
 		Eventually(stateOf(ns, b.Name), 10*time.Second).Should(Equal("Pending/"))
+		errorsBefore := reconcileErrors("podlease")
 		Expect(k8s.Delete(ctx, a)).To(Succeed())
 		// Without the deletion rule this would take the whole TTL (300 s).
 		Eventually(stateOf(ns, b.Name), 30*time.Second).Should(Equal("Held/2"))
+		// A pod that is gone is the normal end of a pod lease, not an error
+		// (it used to log "pods not found" with a stack trace).
+		Consistently(func() float64 { return reconcileErrors("podlease") }, 2*time.Second).Should(Equal(errorsBefore))
 	})
 
 	It("grants only a ready pod: waiters still starting keep their place, and the first ready one gets the first epoch and keeps it", func() {
@@ -247,12 +251,15 @@ var _ = Describe("Pod-held leases", func() {
 		}, 10*time.Second).Should(BeZero())
 	})
 
-	It("leaves a pod with a bad request untouched but for an Event and a clear condition", func() {
+	It("leaves a pod with a bad request untouched but for an Event and a clear condition naming every problem", func() {
 		leasePod(ns, "bad-lock", "Not_A_Lock", "", true)
 		leasePod(ns, "bad-ttl", "report", "forever", true)
+		leasePod(ns, "bad-both", "Not_A_Lock", "0", true)
 		for name, want := range map[string]string{
 			"bad-lock": `annotation fencekeeper.io/lease="Not_A_Lock" is not a valid lock name`,
 			"bad-ttl":  `annotation fencekeeper.io/lease-duration-seconds="forever" must be a whole number of seconds in 1..86400`,
+			"bad-both": `annotation fencekeeper.io/lease="Not_A_Lock" is not a valid lock name: a DNS-1123 subdomain of at most 63 characters; ` +
+				`annotation fencekeeper.io/lease-duration-seconds="0" must be a whole number of seconds in 1..86400`,
 		} {
 			Eventually(func() string {
 				_, _, c := podLease(ns, name)

@@ -68,10 +68,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if invalid != "" {
-		return ctrl.Result{}, r.reportInvalid(ctx, &pod, invalid)
+		return ctrl.Result{}, podGoneIsFine(ctx, r.reportInvalid(ctx, &pod, invalid))
 	}
 	if !wanted {
-		return ctrl.Result{}, r.syncPod(ctx, &pod, nil, lock != "")
+		return ctrl.Result{}, podGoneIsFine(ctx, r.syncPod(ctx, &pod, nil, lock != ""))
 	}
 
 	claim, err := r.ensureClaim(ctx, &pod, lock, ttl)
@@ -83,7 +83,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// (Held or Pending) brings us back, so the pod is written once.
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, r.syncPod(ctx, &pod, claim, true)
+	return ctrl.Result{}, podGoneIsFine(ctx, r.syncPod(ctx, &pod, claim, true))
+}
+
+// podGoneIsFine: a pod deleted while we wrote to it (the cache still showed
+// it) is how every pod lease ends, not an error; the deletion's own event
+// brings us back to release its claims.
+func podGoneIsFine(ctx context.Context, err error) error {
+	if apierrors.IsNotFound(err) {
+		log.FromContext(ctx).V(1).Info("the pod is gone; its claims are released when its deletion is seen", "reason", err.Error())
+		return nil
+	}
+	return err
 }
 
 // IndexPodOwner indexes FencedLeases by the name of the pod they were made for.

@@ -13,22 +13,27 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
-// leaseRequest reads and validates the pod's annotations.
+// leaseRequest reads and validates the pod's annotations. invalid names
+// every problem found, not just the first.
 func leaseRequest(pod *corev1.Pod) (lock string, ttl int32, invalid string) {
 	lock = pod.Annotations[fkv1.AnnotationLease]
 	if lock == "" {
 		return "", 0, ""
 	}
+	var problems []string
 	if errs := validation.IsDNS1123Subdomain(lock); len(errs) > 0 || len(lock) > 63 {
-		return lock, 0, fmt.Sprintf("annotation %s=%q is not a valid lock name: a DNS-1123 subdomain of at most 63 characters", fkv1.AnnotationLease, lock)
+		problems = append(problems, fmt.Sprintf("annotation %s=%q is not a valid lock name: a DNS-1123 subdomain of at most 63 characters", fkv1.AnnotationLease, lock))
 	}
 	ttl = fkv1.DefaultLeaseDurationSeconds
 	if v, ok := pod.Annotations[fkv1.AnnotationLeaseDuration]; ok {
 		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n < 1 || n > 86400 {
-			return lock, 0, fmt.Sprintf("annotation %s=%q must be a whole number of seconds in 1..86400", fkv1.AnnotationLeaseDuration, v)
+			problems = append(problems, fmt.Sprintf("annotation %s=%q must be a whole number of seconds in 1..86400", fkv1.AnnotationLeaseDuration, v))
 		}
 		ttl = int32(n)
+	}
+	if len(problems) > 0 {
+		return lock, 0, strings.Join(problems, "; ")
 	}
 	return lock, ttl, ""
 }
