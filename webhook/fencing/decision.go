@@ -255,8 +255,14 @@ func Decide(r Request, lock LockState) Decision {
 
 	// Rule 4: by default, only the current holder writes.
 	if policy == fkv1.FencePolicyCurrent && epoch != lock.HeldEpoch {
+		why := lock.holderText()
+		if lock.HeldEpoch == 0 && epoch == lock.Issued {
+			// The writer's own lease ended and nobody holds the lock since:
+			// the commonest surprise (nothing renewed a hand-made claim).
+			why = fmt.Sprintf("lock is free: the lease of epoch %d ended (expired without renewal for its TTL, or released); acquire the lock again for a new epoch", epoch)
+		}
 		return deny(http.StatusConflict, fkv1.AdmissionNotCurrentEpoch, epoch,
-			"stale epoch %d for lock %s: it is not the lock's current epoch (%s)", epoch, lockRef, lock.holderText())
+			"stale epoch %d for lock %s: it is not the lock's current epoch (%s)", epoch, lockRef, why)
 	}
 	// A deletion mark names the epoch that writes it.
 	if m, set := r.New.GetAnnotations()[fkv1.AnnotationDeleteEpoch]; set && m != fkv1.FormatEpoch(epoch) &&
