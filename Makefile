@@ -177,6 +177,8 @@ help: ## Show the targets by section, then the variables you can set.
 	@echo "  GUARDED_RESOURCES        run, dev-up: kinds the fencing webhook guards, RESOURCE[.GROUP][/VERSION],... (default configmaps)"
 	@echo "  BARE=1                   run, dev-up: control plane only, no CRD/webhook/policy/manager (to try the Helm chart)"
 	@echo "  CLUSTER=full             run, dev-up: also kube-controller-manager and kwok (two fake nodes): real Deployments, GC, namespace deletion"
+	@echo "  DEV_DIR                  dev-up, dev-down: state directory: kubeconfig, logs, ready marker (default .dev)"
+	@echo "  MANAGER_BIN              dev-up: the manager binary to run (default bin/manager)"
 	@echo "  CHAOS_RUNS, CHAOS_BUDGET chaos: how many runs, or for how long (make test: 60s); CHAOS_SEED=n replays one run"
 	@echo "  CHAOS_PARALLEL           chaos: runs at once (default 2); CHAOS_PARTITIONS=1 adds partitions of the manager process"
 	@echo "  IMG                      docker-build: image name (now: $(IMG))"
