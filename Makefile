@@ -33,7 +33,7 @@ all: build
 ##@ Tools (built from the Go module proxy into bin/, only when missing or re-pinned)
 
 .PHONY: tools
-tools: ## Build kube-apiserver, kube-controller-manager, etcd, etcdutl, kubectl, kwok, controller-gen and helm into bin/.
+tools: ## Build kube-apiserver, kube-controller-manager, etcd, etcdutl, kubectl, kwok, controller-gen, helm and promtool into bin/.
 	@hack/build-tool.sh controller-gen
 	@hack/build-tool.sh etcd
 	@hack/build-tool.sh etcdutl
@@ -42,6 +42,7 @@ tools: ## Build kube-apiserver, kube-controller-manager, etcd, etcdutl, kubectl,
 	@hack/build-tool.sh kubectl
 	@hack/build-tool.sh kwok
 	@hack/build-tool.sh helm
+	@hack/build-tool.sh promtool
 
 .PHONY: controller-gen
 controller-gen:

@@ -52,3 +52,41 @@ var _ = Describe("The clean-up of expired claims", func() {
 		}, 2*retention, 200*time.Millisecond).Should(Equal([]fkv1.FencedLeasePhase{fkv1.PhaseHeld, fkv1.PhasePending}))
 	})
 })
+
+var _ = Describe("The queue limit", func() {
+	It("turns away a new claim when the lock already has its maximum of waiters, for good, and takes new ones once there is room", func() {
+		ns := newNamespace()
+		m := startManagerWith(envtestutil.ManagerOptions{MaxWaitersPerLock: 2})
+		DeferCleanup(m.Stop)
+		phase := func(name string) func() fkv1.FencedLeasePhase {
+			return func() fkv1.FencedLeasePhase { return getClaim(ns, name).Status.Phase }
+		}
+
+		createClaim(ns, "w0", "report", "W0", 300)
+		Eventually(phase("w0"), 10*time.Second).Should(Equal(fkv1.PhaseHeld))
+		createClaim(ns, "w1", "report", "W1", 300)
+		createClaim(ns, "w2", "report", "W2", 300)
+		Eventually(phase("w2"), 10*time.Second).Should(Equal(fkv1.PhasePending))
+		Eventually(phase("w1"), 10*time.Second).Should(Equal(fkv1.PhasePending))
+
+		By("a third waiter is turned away with a reason that says what to do")
+		createClaim(ns, "w3", "report", "W3", 300)
+		Eventually(phase("w3"), 10*time.Second).Should(Equal(fkv1.PhaseExpired))
+		held := meta.FindStatusCondition(getClaim(ns, "w3").Status.Conditions, fkv1.ConditionHeld)
+		Expect(held).NotTo(BeNil())
+		Expect(held.Reason).To(Equal(fkv1.ReasonQueueFull))
+		Expect(held.Message).To(ContainSubstring("already has 2 waiting claims"))
+
+		By("a turned-away claim is never granted, even once there is room")
+		Expect(k8s.Delete(context.Background(), getClaim(ns, "w0"))).To(Succeed())
+		Eventually(phase("w1"), 10*time.Second).Should(Equal(fkv1.PhaseHeld))
+		Expect(k8s.Delete(context.Background(), getClaim(ns, "w1"))).To(Succeed())
+		Eventually(phase("w2"), 10*time.Second).Should(Equal(fkv1.PhaseHeld))
+		Consistently(phase("w3"), 2*time.Second).Should(Equal(fkv1.PhaseExpired))
+		Expect(getClaim(ns, "w3").Status.Epoch).To(BeZero())
+
+		By("with room again, a new claim queues")
+		createClaim(ns, "w4", "report", "W4", 300)
+		Eventually(phase("w4"), 10*time.Second).Should(Equal(fkv1.PhasePending))
+	})
+})

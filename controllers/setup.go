@@ -46,6 +46,9 @@ type Options struct {
 	// ExpiredClaimRetention: how long an Expired claim is kept after it
 	// ended before it is deleted (0: kept until someone deletes it).
 	ExpiredClaimRetention time.Duration
+	// MaxWaitersPerLock: new claims beyond it are turned away (QueueFull);
+	// 0 means lock.DefaultMaxWaiters, negative means no limit.
+	MaxWaitersPerLock int
 	// Webhook serves the fencing admission webhook on the manager's webhook
 	// server. With WebhookReady set, it is registered once that channel
 	// closes (the serving certificate exists).
@@ -85,7 +88,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	recorder := mgr.GetEventRecorder(EventSource)
 	authority := lock.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder,
-		lock.Options{Clock: o.Clock, ForeignLeaseRecheck: o.ForeignLeaseRecheck})
+		lock.Options{Clock: o.Clock, ForeignLeaseRecheck: o.ForeignLeaseRecheck, MaxWaiters: o.MaxWaitersPerLock})
 	if err := authority.SetupWithManager(ctx, mgr, copts); err != nil {
 		return err
 	}

@@ -19,6 +19,12 @@ const (
 	ReasonReleased     = "Released"
 	ReasonSuperseded   = "Superseded"
 	ReasonLockConflict = "LockConflict"
+	// ReasonForcedRelease: an operator broke the lock (`kubectl fence
+	// break`); the hold ended at once and the next waiter gets a higher epoch.
+	ReasonForcedRelease = "ForcedRelease"
+	// ReasonQueueFull: the lock already had its maximum of waiting claims
+	// when this claim came; it is turned away (terminal).
+	ReasonQueueFull = "QueueFull"
 	// ReasonEpochsExhausted: the lock issued the largest epoch there is
 	// (2^63-1) and never grants again; use another lock name.
 	ReasonEpochsExhausted = "EpochsExhausted"
@@ -61,7 +67,13 @@ const (
 	// token is bound to. Admission sets them on CREATE (a client's values are
 	// replaced) and refuses any change. A pod-lease claim is bound to its pod
 	// (no user).
-	AnnotationCreatedBy       = Prefix + "created-by"
+	AnnotationCreatedBy = Prefix + "created-by"
+	// AnnotationBreakReason, on a holder claim, asks the authority to end the
+	// hold at once (`kubectl fence break`). AnnotationBrokenBy is who asked,
+	// set by the claim-break admission policy from the request's user (never
+	// by the client); the authority honours a break only with both.
+	AnnotationBreakReason     = Prefix + "break-reason"
+	AnnotationBrokenBy        = Prefix + "broken-by"
 	AnnotationCreatedByPodUID = Prefix + "created-by-pod-uid"
 
 	// LeaseFinalizer keeps the backing Lease (the epoch ledger) from being

@@ -147,3 +147,11 @@ func parseCounter(s string) (int64, error) {
 	}
 	return ParseEpoch(s)
 }
+
+// BreakRequest is who broke claim c and why, when it carries a complete
+// break request (`kubectl fence break`: the reason from the breaker, the user
+// recorded by admission).
+func BreakRequest(c *FencedLease) (by, reason string, ok bool) {
+	by, reason = c.Annotations[AnnotationBrokenBy], c.Annotations[AnnotationBreakReason]
+	return by, reason, by != "" && reason != ""
+}

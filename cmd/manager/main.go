@@ -35,6 +35,7 @@ func main() {
 		syncPeriod             time.Duration
 		pprofAddr              string
 		expiredRetention       time.Duration
+		maxWaiters             int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
@@ -55,6 +56,8 @@ func main() {
 	flag.StringVar(&certs.webhookConfig, "webhook-config-name", "fencekeeper-fencing", "MutatingWebhookConfiguration (the fencing webhook) whose caBundle is kept current.")
 	flag.DurationVar(&syncPeriod, "sync-period", 10*time.Hour, "How often the informer caches resync (every object is reconciled again).")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address for net/http/pprof (empty: off).")
+	flag.IntVar(&maxWaiters, "max-waiters-per-lock", 1000,
+		"Waiting claims one lock accepts; a new claim beyond it is turned away (phase Expired, reason QueueFull). 0: no limit. Pods' claims are never turned away.")
 	flag.DurationVar(&expiredRetention, "expired-claim-retention", 24*time.Hour,
 		"How long an Expired claim is kept after it ended before it is deleted (0: keep Expired claims until someone deletes them). Claims a Pod owns go with the pod.")
 	opts := zap.Options{Development: false}
@@ -104,7 +107,14 @@ func main() {
 		log.Error(nil, "--expired-claim-retention must be 0 (keep Expired claims) or positive", "got", expiredRetention.String())
 		os.Exit(1)
 	}
-	wiring := controllers.Options{Concurrency: concurrency, Webhook: enableWebhook, ExpiredClaimRetention: expiredRetention}
+	if maxWaiters < 0 {
+		log.Error(nil, "--max-waiters-per-lock must be 0 (no limit) or positive", "got", maxWaiters)
+		os.Exit(1)
+	}
+	if maxWaiters == 0 {
+		maxWaiters = -1 // Setup's "no limit"
+	}
+	wiring := controllers.Options{Concurrency: concurrency, Webhook: enableWebhook, ExpiredClaimRetention: expiredRetention, MaxWaitersPerLock: maxWaiters}
 	if enableWebhook {
 		ready, err := setupCertRotation(mgr, certs)
 		if err != nil {

@@ -75,7 +75,8 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 		lease = written
 	}
 
-	in := statusInputs{lease: lease, ledger: fkv1.ReadLedger(lease, lock.Name), exhausted: a.exhausted}
+	in := statusInputs{lease: lease, ledger: fkv1.ReadLedger(lease, lock.Name), exhausted: a.exhausted, maxWaiters: r.maxWaiters}
+	in.queueFull = queueFull(g.claims, in.ledger, r.maxWaiters)
 	if a.exhausted {
 		epochsExhausted.Inc()
 		log.FromContext(ctx).Error(nil, "the lock issued the largest epoch there is; its waiters are never granted", "epoch", a.epoch)
@@ -186,9 +187,12 @@ func (r *Reconciler) recordLeaseWrite(ctx context.Context, lock types.Namespaced
 	logger := log.FromContext(ctx)
 	if a.end != holderContinues {
 		logger.Info("holder ended", "claim", a.endedName, "claimUID", a.endedUID, "reason", string(a.end), "epoch", g.ledger.Epoch)
+		observeHoldEnded(g, a, r.clock.now())
 		switch a.end {
 		case holderExpired:
 			expirations.Inc()
+		case holderForced:
+			forcedReleases.Inc()
 		case holderReleased:
 			releases.Inc()
 			if g.lease != nil {
@@ -199,6 +203,7 @@ func (r *Reconciler) recordLeaseWrite(ctx context.Context, lock types.Namespaced
 	}
 	if a.kind == actGrant {
 		grants.Inc()
+		observeAcquireWait(a.holder, r.clock.now())
 		logger.Info("granted", "claim", a.holder.Name, "holder", a.holder.Spec.HolderIdentity, "epoch", a.epoch)
 	}
 	if a.repaired {
@@ -216,6 +221,7 @@ func (r *Reconciler) forget(lock types.NamespacedName, hasLease bool) {
 	r.views.set(lock, View{})
 	r.clock.forget(lock)
 	r.expect.forget(lock)
+	r.queue.forget(lock)
 	if !hasLease {
 		r.floors.forget(lock)
 	}

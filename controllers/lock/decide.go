@@ -76,9 +76,10 @@ type holderEnd string
 
 const (
 	holderContinues holderEnd = ""
-	holderReleased  holderEnd = fkv1.ReasonReleased   // claim deleted, or its pod gone
-	holderExpired   holderEnd = fkv1.ReasonExpired    // no renewal observed for a TTL
-	holderGaveUp    holderEnd = fkv1.ReasonSuperseded // claim is already Expired (terminal)
+	holderReleased  holderEnd = fkv1.ReasonReleased      // claim deleted, or its pod gone
+	holderExpired   holderEnd = fkv1.ReasonExpired       // no renewal observed for a TTL
+	holderGaveUp    holderEnd = fkv1.ReasonSuperseded    // claim is already Expired (terminal)
+	holderForced    holderEnd = fkv1.ReasonForcedRelease // an operator broke the lock
 )
 
 // action is the outcome of decide: at most one Lease change. The claim
@@ -135,6 +136,8 @@ func decide(s snapshot) action {
 			a.end = holderReleased
 		case holder.Status.Phase == fkv1.PhaseExpired:
 			a.end = holderGaveUp
+		case broken(holder):
+			a.end = holderForced
 		default:
 			// The TTL in force is the one the Lease recorded at grant.
 			a.leaseDuration = s.ledger.LeaseDurationSeconds
@@ -179,6 +182,11 @@ func decide(s snapshot) action {
 		a.kind = actRepair
 	}
 	return a
+}
+
+func broken(c *fkv1.FencedLease) bool {
+	_, _, ok := fkv1.BreakRequest(c)
+	return ok
 }
 
 // grantable reports whether a claim may still be granted: it never held the

@@ -38,6 +38,17 @@ func TestDecide(t *testing.T) {
 	w2 := claim("w2", 5, fkv1.PhasePending, 0)
 	w3 := claim("w3", 3, fkv1.PhasePending, 0)
 	expiredW1 := claim("w1", 0, fkv1.PhaseExpired, 41)
+	withAnnotations := func(c *fkv1.FencedLease, kv ...string) *fkv1.FencedLease {
+		c = c.DeepCopy()
+		c.Annotations = map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			c.Annotations[kv[i]] = kv[i+1]
+		}
+		return c
+	}
+	brokenW1 := withAnnotations(w1, fkv1.AnnotationBreakReason, "stuck for an hour", fkv1.AnnotationBrokenBy, "alice")
+	unrecordedBreakW1 := withAnnotations(w1, fkv1.AnnotationBreakReason, "stuck for an hour")
+	reasonlessBreakW1 := withAnnotations(w1, fkv1.AnnotationBrokenBy, "alice")
 	cases := []struct {
 		name       string
 		snap       snapshot
@@ -64,6 +75,18 @@ func TestDecide(t *testing.T) {
 		{name: "released with nobody waiting frees the lock and keeps the epoch",
 			snap: snapshot{ledger: held(41, "w1"), claims: nil, renewSeenAt: t0, now: t0},
 			kind: actFree, epoch: 41, end: holderReleased},
+		{name: "a broken holder (reason and recorded breaker) ends at once, well inside its TTL; the next waiter gets epoch+1",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{brokenW1, w2}, renewSeenAt: t0, now: t0.Add(time.Second)},
+			kind: actGrant, holder: "w2", epoch: 42, end: holderForced},
+		{name: "a broken holder with nobody waiting frees the lock and keeps the epoch",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{brokenW1}, renewSeenAt: t0, now: t0},
+			kind: actFree, epoch: 41, end: holderForced},
+		{name: "a break reason without the admission-recorded breaker is ignored (no policy, no break)",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{unrecordedBreakW1, w2}, renewSeenAt: t0, now: t0.Add(time.Second)},
+			kind: actKeep, holder: "w1", epoch: 41},
+		{name: "a breaker without a reason is ignored",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{reasonlessBreakW1, w2}, renewSeenAt: t0, now: t0.Add(time.Second)},
+			kind: actKeep, holder: "w1", epoch: 41},
 		{name: "an Expired holder (terminal) gives the lock up",
 			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{expiredW1, w2}, renewSeenAt: t0, now: t0},
 			kind: actGrant, holder: "w2", epoch: 42, end: holderGaveUp},

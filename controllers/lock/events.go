@@ -33,6 +33,14 @@ func (r *Reconciler) recordClaimTransition(ctx context.Context, c *fkv1.FencedLe
 	case fkv1.ReasonExpired:
 		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Expire",
 			"Lease with epoch %d on lock %s expired: no renewal observed for %ds", c.Status.Epoch, c.Spec.LockName, c.LeaseDurationSeconds())
+	case fkv1.ReasonQueueFull:
+		queueFullRejections.Inc()
+		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Queue",
+			"Turned away: lock %s already has its maximum of waiting claims", c.Spec.LockName)
+	case fkv1.ReasonForcedRelease:
+		by, why, _ := fkv1.BreakRequest(c)
+		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "ForceRelease",
+			"Lock %s forcibly released by user %q at epoch %d: %s", c.Spec.LockName, by, c.Status.Epoch, why)
 	case fkv1.ReasonSuperseded:
 		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Supersede",
 			"Epoch %d on lock %s superseded: the Lease names another holder", c.Status.Epoch, c.Spec.LockName)

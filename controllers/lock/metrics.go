@@ -1,8 +1,13 @@
 package lock
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
 var (
@@ -25,13 +30,85 @@ var (
 		Name: "fencekeeper_authority_memory_locks",
 		Help: "Locks the authority remembers, per memory: renewal clock, views, expectations (idle locks are forgotten), floors (kept while the lock's Lease exists).",
 	}, []string{"memory"})
+	queueFullRejections = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencekeeper_queue_full_rejections_total", Help: "New claims turned away because their lock already had --max-waiters-per-lock waiting claims.",
+	})
+	forcedReleases = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencekeeper_forced_releases_total", Help: "Holds ended by an operator's forced release (kubectl fence break).",
+	})
 	lockConflicts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencekeeper_lock_conflicts_total", Help: "Reconciles of locks blocked by a same-named Lease fencekeeper does not manage.",
 	})
+	acquireWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "fencekeeper_acquire_wait_seconds",
+		Help:    "Time from a claim's creation (its creationTimestamp, 1 s resolution) to its grant, on the granting authority's clock.",
+		Buckets: []float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600},
+	})
+	holdDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fencekeeper_hold_duration_seconds",
+		Help:    "How long a holder held its lock, from its grant (the Lease's acquireTime) to the end of the hold, by how it ended: released, expired, superseded, forced.",
+		Buckets: []float64{0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 12 * 3600, 24 * 3600, 7 * 24 * 3600},
+	}, []string{"ended"})
 )
 
+// Values of fencekeeper_hold_duration_seconds{ended}: a fixed set.
+const (
+	holdEndedReleased   = "released"
+	holdEndedExpired    = "expired"
+	holdEndedSuperseded = "superseded"
+	holdEndedForced     = "forced"
+)
+
+// reasonForcedRelease is the reason DESIGN §8 gives a forced unlock's end.
+const reasonForcedRelease = "ForcedRelease"
+
 func init() {
-	metrics.Registry.MustRegister(grants, expirations, releases, floorRepairs, lockConflicts, epochsExhausted, memoryLocks)
+	metrics.Registry.MustRegister(grants, expirations, releases, forcedReleases, queueFullRejections, floorRepairs, lockConflicts, epochsExhausted, memoryLocks,
+		acquireWait, holdDuration, newQueueCollector(queues, clock.RealClock{}))
+}
+
+// holdEndedLabel is the ended label of a holder's end ("" for none).
+func holdEndedLabel(end holderEnd) string {
+	switch end {
+	case holderReleased:
+		return holdEndedReleased
+	case holderExpired:
+		return holdEndedExpired
+	case holderGaveUp:
+		return holdEndedSuperseded
+	case reasonForcedRelease:
+		return holdEndedForced
+	}
+	return ""
+}
+
+// observeAcquireWait records a grant of c at now (once per grant: called
+// after the one Lease write that granted it succeeded).
+func observeAcquireWait(c *fkv1.FencedLease, now time.Time) {
+	if c == nil || c.CreationTimestamp.IsZero() {
+		return
+	}
+	acquireWait.Observe(max(now.Sub(c.CreationTimestamp.Time), 0).Seconds())
+}
+
+// observeHoldEnded records the end of the hold the Lease write of a ended
+// (at now): from the ended holder's grant, the Lease's acquireTime as read
+// before the write, or else its claim's status.acquireTime.
+func observeHoldEnded(g gathered, a action, now time.Time) {
+	label := holdEndedLabel(a.end)
+	if label == "" {
+		return
+	}
+	var since time.Time
+	if g.lease != nil && g.lease.Spec.AcquireTime != nil {
+		since = g.lease.Spec.AcquireTime.Time
+	} else if c := findClaim(g.claims, a.endedUID); c != nil && c.Status.AcquireTime != nil {
+		since = c.Status.AcquireTime.Time
+	}
+	if since.IsZero() {
+		return
+	}
+	holdDuration.WithLabelValues(label).Observe(max(now.Sub(since), 0).Seconds())
 }
 
 // reportMemory sets fencekeeper_authority_memory_locks from r's maps.

@@ -42,6 +42,9 @@ type Options struct {
 	Clock clock.PassiveClock
 	// ForeignLeaseRecheck defaults to DefaultForeignLeaseRecheck.
 	ForeignLeaseRecheck time.Duration
+	// MaxWaiters per lock: new claims beyond it are turned away (QueueFull).
+	// 0 means DefaultMaxWaiters; negative means no limit.
+	MaxWaiters int
 }
 
 // Reconciler is the lease authority for every lock: one reconcile per lock
@@ -54,11 +57,14 @@ type Reconciler struct {
 	apiReader      client.Reader
 	recorder       events.EventRecorder
 	foreignRecheck time.Duration
+	maxWaiters     int
 
 	clock  *renewClock
 	floors *epochFloors
 	expect *writeExpectations
 	views  *views
+	// queue summarizes each lock's waiters for the waiter gauges.
+	queue *queueSummary
 	// foreign remembers locks blocked by a Lease fencekeeper does not manage
 	// (a set of types.NamespacedName), so their re-checks read live.
 	foreign sync.Map
@@ -72,9 +78,16 @@ func NewReconciler(c client.Client, apiReader client.Reader, recorder events.Eve
 	if o.ForeignLeaseRecheck <= 0 {
 		o.ForeignLeaseRecheck = DefaultForeignLeaseRecheck
 	}
+	switch {
+	case o.MaxWaiters == 0:
+		o.MaxWaiters = DefaultMaxWaiters
+	case o.MaxWaiters < 0:
+		o.MaxWaiters = 0 // no limit
+	}
 	return &Reconciler{
-		client: c, apiReader: apiReader, recorder: recorder, foreignRecheck: o.ForeignLeaseRecheck,
+		client: c, apiReader: apiReader, recorder: recorder, foreignRecheck: o.ForeignLeaseRecheck, maxWaiters: o.MaxWaiters,
 		clock: newRenewClock(o.Clock), floors: newEpochFloors(), expect: newWriteExpectations(), views: newViews(),
+		queue: queues,
 	}
 }
 
@@ -101,7 +114,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if g.cacheBehind {
 		return ctrl.Result{RequeueAfter: raceRetry}, nil
 	}
-	return r.act(ctx, lock, g, decide(g.snapshot))
+	a := decide(g.snapshot)
+	r.summarizeQueue(lock, g, a)
+	return r.act(ctx, lock, g, a)
 }
 
 // SetupWithManager registers the claim index and the lock controller.

@@ -7,6 +7,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
@@ -24,6 +25,10 @@ type statusInputs struct {
 	expiredUID string
 	// exhausted: the lock's epochs are used up; waiters are never granted.
 	exhausted bool
+	// queueFull are the new claims turned away because maxWaiters wait
+	// ahead of them.
+	queueFull  map[types.UID]bool
+	maxWaiters int
 }
 
 // desiredStatus computes a claim's status. It only changes what a phase
@@ -74,9 +79,20 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 			reason = fkv1.ReasonExpired
 			msg = fmt.Sprintf("Lease on lock %s expired: no renewal observed for %ds", lockName, c.LeaseDurationSeconds())
 		}
+		if by, why, ok := fkv1.BreakRequest(c); ok {
+			reason = fkv1.ReasonForcedRelease
+			msg = fmt.Sprintf("Lock %s was forcibly released by user %q: %s", lockName, by, why)
+		}
 		st.Phase = fkv1.PhaseExpired
 		setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, reason, msg)
 		return st, reason
+
+	case st.Phase == "" && in.queueFull[c.UID]:
+		st.Phase = fkv1.PhaseExpired
+		st.LeaseName = lockName
+		setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonQueueFull,
+			fmt.Sprintf("Lock %s already has %d waiting claims (the manager's --max-waiters-per-lock): this claim was turned away and will never be granted; delete it and retry later", lockName, in.maxWaiters))
+		return st, fkv1.ReasonQueueFull
 
 	default:
 		transition := ""

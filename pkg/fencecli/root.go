@@ -49,7 +49,7 @@ Every write to an object fenced by the lock must carry the epoch
 		return fmt.Errorf("%w\nsee '%s --help'", err, cmd.CommandPath())
 	})
 	o.flags.AddFlags(root.PersistentFlags())
-	root.AddCommand(newAcquireCommand(o), newRunCommand(o), newStatusCommand(o), newReleaseCommand(o))
+	root.AddCommand(newAcquireCommand(o), newRunCommand(o), newStatusCommand(o), newReleaseCommand(o), newBreakCommand(o))
 	return root
 }
 

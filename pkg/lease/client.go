@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -137,7 +138,9 @@ func (c *Client) Acquire(ctx context.Context, lock, holder string, opts Options)
 
 	held, err := c.waitHeld(ctx, claim)
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, ErrQueueFull) {
+			// Gave up waiting, or turned away: the claim would only stay
+			// behind (a turned-away claim is terminal).
 			c.leaveQueue(claim, opts.RequestTimeout)
 		}
 		l.transition(Idle, err.Error())
@@ -264,6 +267,9 @@ func phaseDone(c *fkv1.FencedLease) (bool, error) {
 	case fkv1.PhaseHeld:
 		return true, nil
 	case fkv1.PhaseExpired:
+		if h := meta.FindStatusCondition(c.Status.Conditions, fkv1.ConditionHeld); h != nil && h.Reason == fkv1.ReasonQueueFull {
+			return true, fmt.Errorf("claim %s/%s: %w: %s", c.Namespace, c.Name, ErrQueueFull, h.Message)
+		}
 		return true, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, ErrExpired)
 	}
 	return false, nil

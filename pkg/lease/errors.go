@@ -17,6 +17,9 @@ var (
 	ErrLost = errors.New("fencekeeper: lease lost")
 	// ErrExpired: the claim expired before it could be used.
 	ErrExpired = errors.New("fencekeeper: claim expired")
+	// ErrQueueFull: the lock already had its maximum of waiting claims; the
+	// claim was turned away. Retry later.
+	ErrQueueFull = errors.New("fencekeeper: the lock's queue is full")
 	// ErrReleaseUncertain: the release request's outcome is unknown (a lost
 	// reply). The claim is either gone or will expire; repeating is harmless.
 	ErrReleaseUncertain = errors.New("fencekeeper: release outcome unknown; the claim will expire if it was not deleted")

@@ -95,6 +95,9 @@ func (l *Lease) transition(to State, reason string) {
 	transitions.WithLabelValues(string(to)).Inc()
 	l.cl.log.Info("lease state", "lock", l.Lock, "claim", l.ClaimName, "epoch", l.Epoch, "from", from, "to", to, "reason", reason)
 	if to == Lost || to == Released {
+		if cancelsHeldWork(from, to) && l.ctx.Err() == nil {
+			workCancelled.Inc()
+		}
 		l.cancel()
 	}
 	if l.opts.OnTransition != nil {
@@ -232,6 +235,7 @@ func (l *Lease) renew(ctx context.Context) error {
 		if err == nil {
 			renewals.WithLabelValues("ok").Inc()
 			l.mu.Lock()
+			observeRenewalAck(l.lastAckSent, sent, time.Now(), l.TTL)
 			l.lease, l.lastAckSent = upd, sent
 			l.mu.Unlock()
 			return nil

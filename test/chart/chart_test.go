@@ -36,6 +36,8 @@ var nonDefault = []string{
 	"--set", "extraArgs={--zap-log-level=debug}",
 	"--set", "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24",
 	"--set", "claims.expiredRetention=1h30m",
+	"--set", "dashboards.enabled=true",
+	"--set", "dashboards.annotations.grafana_folder=Infrastructure",
 }
 
 // servedAPIs tell helm template that the cluster serves the third-party kinds
@@ -93,6 +95,9 @@ var _ = Describe("Helm chart", Ordered, func() {
 			"certManager.enabled=true needs the cert-manager.io/v1/Certificate kind, which this cluster does not serve: install cert-manager"),
 		Entry("ServiceMonitor asked for, not served", "metrics.serviceMonitor.enabled=true",
 			"metrics.serviceMonitor.enabled=true needs the monitoring.coreos.com/v1/ServiceMonitor kind, which this cluster does not serve: install the Prometheus Operator"),
+		Entry("PrometheusRule asked for, not served", "prometheusRule.enabled=true",
+			"prometheusRule.enabled=true needs the monitoring.coreos.com/v1/PrometheusRule kind, which this cluster does not serve: install the Prometheus Operator"),
+		Entry("alert threshold out of range", "prometheusRule.webhook.errorRatio=2", "errorRatio"),
 	)
 
 	It("installs, upgrades with changed values, and uninstalls", func() {
@@ -164,6 +169,10 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Expect(chart["MutatingAdmissionPolicy/fencekeeper-claim-identity"]["spec"]).NotTo(BeNil())
 		Expect(chart["MutatingAdmissionPolicy/fencekeeper-claim-identity"]["spec"]).To(Equal(config["MutatingAdmissionPolicy/fencekeeper-claim-identity"]["spec"]))
 		Expect(chart["ValidatingAdmissionPolicy/fencekeeper-claim-identity-immutable"]["spec"]).To(Equal(config["ValidatingAdmissionPolicy/fencekeeper-claim-identity-immutable"]["spec"]))
+		for _, p := range []string{"MutatingAdmissionPolicy/fencekeeper-claim-break", "ValidatingAdmissionPolicy/fencekeeper-claim-break"} {
+			Expect(chart[p]["spec"]).NotTo(BeNil(), p)
+			Expect(chart[p]["spec"]).To(Equal(config[p]["spec"]), p)
+		}
 	})
 
 	It("gives the manager enough RBAC to grant, renew and admit, and no more", func() {

@@ -100,7 +100,7 @@ func InstallLeaseGuard(ctx context.Context, cfg, managerCfg *rest.Config, manage
 	if err := c.Create(ctx, params); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	for _, f := range []string{"managed-lease-guard.yaml", "claim-identity.yaml"} {
+	for _, f := range []string{"managed-lease-guard.yaml", "claim-identity.yaml", "claim-break.yaml"} {
 		if err := applyFile(ctx, c, filepath.Join(RepoRoot(), "config", "policy", f)); err != nil {
 			return err
 		}
@@ -108,7 +108,48 @@ func InstallLeaseGuard(ctx context.Context, cfg, managerCfg *rest.Config, manage
 	if err := waitForPolicy(ctx, c, mc); err != nil {
 		return err
 	}
-	return waitForClaimIdentity(ctx, c)
+	if err := waitForClaimIdentity(ctx, c); err != nil {
+		return err
+	}
+	return waitForClaimBreak(ctx, c)
+}
+
+// waitForClaimBreak waits until the apiserver records who breaks a lock: a
+// dry-run update that sets a break reason on a probe claim must come back
+// with the breaker's name (and a dry-run create of a broken claim must be
+// refused). The probe claim is deleted afterwards.
+func waitForClaimBreak(ctx context.Context, admin client.Client) error {
+	probe := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ManagerNamespace, Name: "fencekeeper-break-probe"},
+		Spec: fkv1.FencedLeaseSpec{LockName: "fencekeeper-break-probe", HolderIdentity: "probe"}}
+	if err := admin.Create(ctx, probe); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	defer func() { _ = admin.Delete(ctx, probe) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var cur fkv1.FencedLease
+		err := admin.Get(ctx, client.ObjectKeyFromObject(probe), &cur)
+		if err == nil {
+			if cur.Annotations == nil {
+				cur.Annotations = map[string]string{}
+			}
+			cur.Annotations[fkv1.AnnotationBreakReason] = "probe"
+			cur.Annotations[fkv1.AnnotationBrokenBy] = "forged"
+			err = admin.Update(ctx, &cur, client.DryRunAll)
+			by := cur.Annotations[fkv1.AnnotationBrokenBy]
+			if err == nil && by != "forged" && by != "" {
+				broken := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ManagerNamespace, Name: "fencekeeper-break-probe-2",
+					Annotations: map[string]string{fkv1.AnnotationBreakReason: "probe"}}, Spec: probe.Spec}
+				if cerr := admin.Create(ctx, broken, client.DryRunAll); cerr != nil {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the claim-break policies are not in effect after 30s (probe: %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // waitForClaimIdentity waits until the apiserver records who creates a

@@ -31,6 +31,8 @@ type ManagerOptions struct {
 	SyncPeriod time.Duration
 	// ExpiredClaimRetention turns the clean-up of Expired claims on (0: off).
 	ExpiredClaimRetention time.Duration
+	// MaxWaitersPerLock for the lock controller (0: its default).
+	MaxWaitersPerLock int
 }
 
 // Manager is one fencekeeper manager running in the test process, the way a
@@ -70,7 +72,7 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
 		Concurrency: 4, ForeignLeaseRecheck: o.ForeignLeaseRecheck, Webhook: o.Webhook != nil, ForTests: true,
-		ExpiredClaimRetention: o.ExpiredClaimRetention,
+		ExpiredClaimRetention: o.ExpiredClaimRetention, MaxWaitersPerLock: o.MaxWaitersPerLock,
 	}); err != nil {
 		cancel()
 		return nil, err

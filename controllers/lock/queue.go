@@ -1,0 +1,45 @@
+package lock
+
+import (
+	"k8s.io/apimachinery/pkg/types"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
+)
+
+// DefaultMaxWaiters is how many claims may wait for one lock (seed §21: do
+// not allow unlimited waiters).
+const DefaultMaxWaiters = 1000
+
+// queueFull returns the claims a lock turns away: new claims (no phase yet)
+// that arrive when max claims already wait. Claims already queued count
+// first, then new ones in FIFO order take the free places. A claim already
+// queued is never turned away, and neither is a pod's claim (it takes a
+// place but the pod bridge would only make it again; a Deployment's
+// replicas bound that queue). max <= 0 means no limit.
+func queueFull(claims []*fkv1.FencedLease, l fkv1.Ledger, max int) map[types.UID]bool {
+	if max <= 0 {
+		return nil
+	}
+	waiting := waitingInOrder(claims, l)
+	free := max
+	for _, c := range waiting {
+		if c.Status.Phase != "" {
+			free--
+		}
+	}
+	var full map[types.UID]bool
+	for _, c := range waiting {
+		switch {
+		case c.Status.Phase != "":
+		case free > 0 || pods.OwnerRef(c) != nil:
+			free--
+		default:
+			if full == nil {
+				full = map[types.UID]bool{}
+			}
+			full[c.UID] = true
+		}
+	}
+	return full
+}

@@ -1,0 +1,123 @@
+package fencecli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+type breakFlags struct {
+	reason string
+	wait   time.Duration
+}
+
+func newBreakCommand(o *options) *cobra.Command {
+	f := &breakFlags{}
+	cmd := &cobra.Command{
+		Use:   "break LOCK --reason TEXT",
+		Short: "Force-release a lock: end the current hold at once (needs the verb 'break', an admin's)",
+		Long: `break ends the current hold of LOCK at once: the holder's claim turns Expired
+with reason ForcedRelease and the next waiter is granted a higher epoch, so
+any write the broken holder still makes is refused by the fence.
+
+Who broke it is recorded by the apiserver from your credentials (annotation
+fencekeeper.io/broken-by on the claim), with your --reason, in a Warning
+Event on the claim and in fencekeeper_forced_releases_total. It needs the
+verb "break" on fencedleases (ClusterRole fencekeeper-breaker, aggregated to
+admin; holders do not have it).`,
+		Example: `  kubectl fence break -n reports report-2026-07 --reason "W1 hung for an hour; INC-4711"`,
+		Args:    oneLock,
+		PreRunE: func(*cobra.Command, []string) error {
+			if strings.TrimSpace(f.reason) == "" {
+				return fmt.Errorf("--reason is required: say why the lock is broken (it is recorded on the claim and in an Event)")
+			}
+			return validWait(f.wait)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, c, ns, err := o.clients()
+			if err != nil {
+				return err
+			}
+			return f.run(cmd.Context(), o, c, ns, args[0])
+		},
+	}
+	cmd.Flags().StringVar(&f.reason, "reason", "", "Why the lock is broken (required; recorded on the claim and in an Event).")
+	cmd.Flags().DurationVar(&f.wait, "wait", 30*time.Second, "How long to wait for the authority to end the hold (0: do not wait).")
+	return cmd
+}
+
+func (f *breakFlags) run(ctx context.Context, o *options, c client.Client, ns, lock string) error {
+	var lease coordinationv1.Lease
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: lock}, &lease); apierrors.IsNotFound(err) {
+		return fmt.Errorf("lock %s/%s has no Lease: nobody holds it, nothing to break", ns, lock)
+	} else if err != nil {
+		return err
+	}
+	led := fkv1.ReadLedger(&lease, lock)
+	if lease.Labels[fkv1.LabelManagedBy] != fkv1.ManagedByValue {
+		return fmt.Errorf("the Lease %s/%s is not managed by fencekeeper: nothing to break", ns, lock)
+	}
+	if !led.Held() {
+		return fmt.Errorf("lock %s/%s is free (last epoch %d): nothing to break", ns, lock, led.Epoch)
+	}
+	// The UID in the patch is a precondition: if the holder's claim was
+	// replaced meanwhile (same name, new claim), the patch fails instead of
+	// breaking a hold nobody asked to break.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":         string(led.HolderUID),
+		"annotations": map[string]string{fkv1.AnnotationBreakReason: f.reason},
+	}})
+	if err != nil {
+		return err
+	}
+	claim := &fkv1.FencedLease{}
+	claim.Namespace, claim.Name = ns, led.HolderClaim
+	if err := c.Patch(ctx, claim, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return fmt.Errorf("the holder claim %s of lock %s/%s is gone or was replaced: the hold already ended", led.HolderClaim, ns, lock)
+		}
+		return err
+	}
+	if f.wait == 0 {
+		out(o.streams.Out, "breaking lock %s/%s: claim %s (holder %s, epoch %d) asked to end\n", ns, lock, claim.Name, claim.Spec.HolderIdentity, claim.Status.Epoch)
+		return nil
+	}
+	var ended *metav1.Condition
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, f.wait, true, func(ctx context.Context) (bool, error) {
+		var cur fkv1.FencedLease
+		if err := c.Get(ctx, client.ObjectKeyFromObject(claim), &cur); err != nil {
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		}
+		if cur.Status.Phase != fkv1.PhaseExpired {
+			return false, nil
+		}
+		if h := meta.FindStatusCondition(cur.Status.Conditions, fkv1.ConditionHeld); h != nil {
+			ended = h
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("asked to break lock %s/%s (claim %s), but the hold did not end within %v: is the manager running, and is the claim-break policy installed (it records who broke the lock; without it the authority ignores the request)?",
+			ns, lock, claim.Name, f.wait)
+	}
+	if ended == nil {
+		out(o.streams.Out, "broke lock %s/%s: claim %s is gone\n", ns, lock, claim.Name)
+		return nil
+	}
+	out(o.streams.Out, "broke lock %s/%s: claim %s (holder %s, epoch %d) ended: %s: %s\n",
+		ns, lock, claim.Name, claim.Spec.HolderIdentity, claim.Status.Epoch, ended.Reason, ended.Message)
+	return nil
+}
