@@ -153,5 +153,15 @@ func parseCounter(s string) (int64, error) {
 // recorded by admission).
 func BreakRequest(c *FencedLease) (by, reason string, ok bool) {
 	by, reason = c.Annotations[AnnotationBrokenBy], c.Annotations[AnnotationBreakReason]
-	return by, reason, by != "" && reason != ""
+	ok = by != "" && reason != ""
+	// Admission caps the reason; a claim written without the policies may
+	// carry more, which must not make the status or the Event too large to
+	// write (a status the apiserver refuses would stall the lock).
+	if len(reason) > MaxBreakReason {
+		reason = reason[:MaxBreakReason] + "..."
+	}
+	return by, reason, ok
 }
+
+// MaxBreakReason is the longest break reason admission accepts.
+const MaxBreakReason = 512

@@ -192,7 +192,7 @@ func broken(c *fkv1.FencedLease) bool {
 // grantable reports whether a claim may still be granted: it never held the
 // lock (no epoch, not Expired) and is not the holder or the one before it.
 func grantable(c *fkv1.FencedLease, l fkv1.Ledger) bool {
-	if c.Status.Epoch != 0 || c.Status.Phase == fkv1.PhaseExpired || c.Status.Phase == fkv1.PhaseHeld {
+	if c.Status.Epoch != 0 || c.Status.Phase == fkv1.PhaseExpired || c.Status.Phase == fkv1.PhaseHeld || broken(c) {
 		return false
 	}
 	return c.UID != l.HolderUID && c.UID != l.PreviousUID

@@ -40,7 +40,7 @@ func (r *Reconciler) recordClaimTransition(ctx context.Context, c *fkv1.FencedLe
 	case fkv1.ReasonForcedRelease:
 		by, why, _ := fkv1.BreakRequest(c)
 		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "ForceRelease",
-			"Lock %s forcibly released by user %q at epoch %d: %s", c.Spec.LockName, by, c.Status.Epoch, why)
+			"Lock %s forcibly released by user %q at epoch %d: reason %q", c.Spec.LockName, by, c.Status.Epoch, why)
 	case fkv1.ReasonSuperseded:
 		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Supersede",
 			"Epoch %d on lock %s superseded: the Lease names another holder", c.Status.Epoch, c.Spec.LockName)

@@ -21,6 +21,10 @@ const contendedTop = 10
 type queueSummary struct {
 	mu    sync.Mutex
 	locks map[types.NamespacedName]lockQueue
+	// heldSince is, per held lock, when its current hold began: what
+	// fencekeeper_longest_hold_seconds needs (the hold-duration histogram
+	// only sees holds that ended).
+	heldSince map[types.NamespacedName]time.Time
 }
 
 type lockQueue struct {
@@ -33,7 +37,7 @@ type lockQueue struct {
 var queues = newQueueSummary()
 
 func newQueueSummary() *queueSummary {
-	return &queueSummary{locks: map[types.NamespacedName]lockQueue{}}
+	return &queueSummary{locks: map[types.NamespacedName]lockQueue{}, heldSince: map[types.NamespacedName]time.Time{}}
 }
 
 // set records lock's waiters (none: the entry goes).
@@ -47,7 +51,21 @@ func (q *queueSummary) set(lock types.NamespacedName, waiting int, oldest time.T
 	q.locks[lock] = lockQueue{waiting: waiting, oldest: oldest}
 }
 
-func (q *queueSummary) forget(lock types.NamespacedName) { q.set(lock, 0, time.Time{}) }
+// setHold records when lock's current hold began (zero: not held).
+func (q *queueSummary) setHold(lock types.NamespacedName, since time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if since.IsZero() {
+		delete(q.heldSince, lock)
+		return
+	}
+	q.heldSince[lock] = since
+}
+
+func (q *queueSummary) forget(lock types.NamespacedName) {
+	q.set(lock, 0, time.Time{})
+	q.setHold(lock, time.Time{})
+}
 
 func (q *queueSummary) size() int {
 	q.mu.Lock()
@@ -69,6 +87,23 @@ func (r *Reconciler) summarizeQueue(lock types.NamespacedName, g gathered, a act
 		}
 	}
 	r.queue.set(lock, n, oldest)
+	r.queue.setHold(lock, holdStart(g, a))
+}
+
+// holdStart is when the hold the action leaves began: now for a grant, the
+// Lease's acquireTime (or the claim's) for a kept holder, zero when free.
+func holdStart(g gathered, a action) time.Time {
+	switch {
+	case a.holder == nil:
+		return time.Time{}
+	case a.kind == actGrant:
+		return g.now
+	case g.lease != nil && g.lease.Spec.AcquireTime != nil:
+		return g.lease.Spec.AcquireTime.Time
+	case a.holder.Status.AcquireTime != nil:
+		return a.holder.Status.AcquireTime.Time
+	}
+	return g.now
 }
 
 var (
@@ -76,6 +111,8 @@ var (
 		"Claims waiting (Pending) across the locks this authority knows.", nil, nil)
 	oldestWaiterDesc = prometheus.NewDesc("fencekeeper_oldest_waiter_age_seconds",
 		"Age of the oldest waiting claim (from its creationTimestamp); 0 when nobody waits.", nil, nil)
+	longestHoldDesc = prometheus.NewDesc("fencekeeper_longest_hold_seconds",
+		"How long the longest current hold has lasted (since its grant) across the locks this authority knows; 0 when nothing is held.", nil, nil)
 	contendedDesc = prometheus.NewDesc("fencekeeper_contended_locks",
 		"Waiting claims of the 10 most contended locks (only those: bounded cardinality).", []string{"namespace", "lock"}, nil)
 )
@@ -95,6 +132,7 @@ func newQueueCollector(q *queueSummary, c clock.PassiveClock) *queueCollector {
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- waitersDesc
 	ch <- oldestWaiterDesc
+	ch <- longestHoldDesc
 	ch <- contendedDesc
 }
 
@@ -135,8 +173,19 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 			top = top[:contendedTop]
 		}
 	}
+	longest := time.Time{}
+	for _, since := range c.q.heldSince {
+		if longest.IsZero() || since.Before(longest) {
+			longest = since
+		}
+	}
 	c.q.mu.Unlock()
 
+	held := 0.0
+	if !longest.IsZero() {
+		held = max(c.clock.Now().Sub(longest), 0).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(longestHoldDesc, prometheus.GaugeValue, held)
 	age := 0.0
 	if !oldest.IsZero() {
 		age = max(c.clock.Now().Sub(oldest), 0).Seconds()

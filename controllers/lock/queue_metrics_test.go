@@ -214,3 +214,38 @@ func TestMetricsGrantAndHoldEnd(t *testing.T) {
 
 	g.Expect(holdEndedLabel(holderContinues)).To(BeEmpty())
 }
+
+// fencekeeper_longest_hold_seconds follows the holds in progress: a grant
+// starts one now, a kept holder's began at the Lease's acquireTime, a free
+// or forgotten lock has none.
+func TestMetricsLongestHold(t *testing.T) {
+	g := NewWithT(t)
+	fc := clocktesting.NewFakePassiveClock(t0.Add(100 * time.Second))
+	reg := prometheus.NewPedanticRegistry()
+	r := NewReconciler(nil, nil, nil, Options{})
+	r.queue = newQueueSummary()
+	reg.MustRegister(newQueueCollector(r.queue, fc))
+	longest := func() float64 {
+		return gauges(t, reg, "fencekeeper_longest_hold_seconds")["fencekeeper_longest_hold_seconds"]
+	}
+	a := types.NamespacedName{Namespace: "reports", Name: "a"}
+	b := types.NamespacedName{Namespace: "reports", Name: "b"}
+	w1 := claim("w1", 0, fkv1.PhaseHeld, 41)
+	w2 := claim("w2", 2, fkv1.PhasePending, 0)
+
+	g.Expect(longest()).To(BeZero(), "nothing held")
+
+	lease := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{AcquireTime: &metav1.MicroTime{Time: t0.Add(10 * time.Second)}}}
+	r.summarizeQueue(a, gathered{snapshot: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1}}, lease: lease}, action{kind: actKeep, holder: w1})
+	g.Expect(longest()).To(Equal(90.0), "held since the Lease's acquireTime")
+
+	r.summarizeQueue(b, gathered{snapshot: snapshot{ledger: free(7), claims: []*fkv1.FencedLease{w2}, now: t0.Add(95 * time.Second)}}, action{kind: actGrant, holder: w2})
+	g.Expect(longest()).To(Equal(90.0), "the longest of the holds")
+
+	r.summarizeQueue(a, gathered{snapshot: snapshot{ledger: held(41, "w1"), claims: nil}}, action{kind: actFree, end: holderReleased})
+	g.Expect(longest()).To(Equal(5.0), "a's hold ended: b's (granted 5 s ago) is the longest")
+
+	_, err := r.act(context.Background(), b, gathered{}, action{kind: actIdle})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(longest()).To(BeZero(), "a forgotten lock holds nothing")
+}

@@ -81,7 +81,7 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		}
 		if by, why, ok := fkv1.BreakRequest(c); ok {
 			reason = fkv1.ReasonForcedRelease
-			msg = fmt.Sprintf("Lock %s was forcibly released by user %q: %s", lockName, by, why)
+			msg = fmt.Sprintf("Lock %s was forcibly released by user %q: reason %q", lockName, by, why)
 		}
 		st.Phase = fkv1.PhaseExpired
 		setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, reason, msg)
@@ -91,7 +91,7 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		st.Phase = fkv1.PhaseExpired
 		st.LeaseName = lockName
 		setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonQueueFull,
-			fmt.Sprintf("Lock %s already has %d waiting claims (the manager's --max-waiters-per-lock): this claim was turned away and will never be granted; delete it and retry later", lockName, in.maxWaiters))
+			fmt.Sprintf("Lock %s already has %d waiting claims (the manager's --max-waiters-per-lock): this claim was turned away; delete it and retry later", lockName, in.maxWaiters))
 		return st, fkv1.ReasonQueueFull
 
 	default:

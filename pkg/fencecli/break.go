@@ -44,6 +44,9 @@ admin; holders do not have it).`,
 			if strings.TrimSpace(f.reason) == "" {
 				return fmt.Errorf("--reason is required: say why the lock is broken (it is recorded on the claim and in an Event)")
 			}
+			if len(f.reason) > fkv1.MaxBreakReason {
+				return fmt.Errorf("--reason is %d characters long; at most %d are recorded", len(f.reason), fkv1.MaxBreakReason)
+			}
 			return validWait(f.wait)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -86,7 +89,7 @@ func (f *breakFlags) run(ctx context.Context, o *options, c client.Client, ns, l
 	claim := &fkv1.FencedLease{}
 	claim.Namespace, claim.Name = ns, led.HolderClaim
 	if err := c.Patch(ctx, claim, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) || (apierrors.IsInvalid(err) && strings.Contains(err.Error(), "metadata.uid")) {
 			return fmt.Errorf("the holder claim %s of lock %s/%s is gone or was replaced: the hold already ended", led.HolderClaim, ns, lock)
 		}
 		return err
@@ -100,6 +103,9 @@ func (f *breakFlags) run(ctx context.Context, o *options, c client.Client, ns, l
 		var cur fkv1.FencedLease
 		if err := c.Get(ctx, client.ObjectKeyFromObject(claim), &cur); err != nil {
 			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		}
+		if cur.UID != claim.UID {
+			return true, nil // gone and made again (a pod's claim): the broken hold ended
 		}
 		if cur.Status.Phase != fkv1.PhaseExpired {
 			return false, nil

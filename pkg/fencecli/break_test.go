@@ -109,6 +109,18 @@ var _ = Describe("kubectl fence break", func() {
 		mine.Annotations[fkv1.AnnotationBreakReason] = "forged"
 		err = holderClient.Update(ctx, &mine)
 		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		By("nor with the text a policy might take for 'absent'")
+		Expect(holderClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: w1.ClaimName}, &mine)).To(Succeed())
+		mine.Annotations[fkv1.AnnotationBrokenBy] = "<none>"
+		mine.Annotations[fkv1.AnnotationBreakReason] = "<none>"
+		err = holderClient.Update(ctx, &mine)
+		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		By("nor create a claim that is already broken")
+		forged := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "forged",
+			Annotations: map[string]string{fkv1.AnnotationBrokenBy: "<none>", fkv1.AnnotationBreakReason: "<none>"}},
+			Spec: fkv1.FencedLeaseSpec{LockName: "report-2026-07", HolderIdentity: "W9"}}
+		err = holderClient.Create(ctx, forged)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
 		Consistently(w1.State, 2*time.Second, 100*time.Millisecond).Should(Equal(lease.Held))
 		Expect(forcedReleases()).To(Equal(before))
 
@@ -123,7 +135,7 @@ var _ = Describe("kubectl fence break", func() {
 		Expect(ended.Status.Phase).To(Equal(fkv1.PhaseExpired))
 		held := meta.FindStatusCondition(ended.Status.Conditions, fkv1.ConditionHeld)
 		Expect(held.Reason).To(Equal(fkv1.ReasonForcedRelease))
-		Expect(held.Message).To(ContainSubstring(`forcibly released by user "oncall-alice": W1 hung for an hour; INC-4711`))
+		Expect(held.Message).To(ContainSubstring(`forcibly released by user "oncall-alice": reason "W1 hung for an hour; INC-4711"`))
 		Expect(ended.Annotations).To(HaveKeyWithValue(fkv1.AnnotationBrokenBy, "oncall-alice"))
 		Eventually(func() int64 {
 			var cur fkv1.FencedLease
@@ -148,7 +160,7 @@ var _ = Describe("kubectl fence break", func() {
 			}
 			return out
 		}, 10*time.Second).Should(ContainElement(And(HavePrefix(corev1.EventTypeWarning),
-			ContainSubstring(`forcibly released by user "oncall-alice"`), ContainSubstring("W1 hung for an hour; INC-4711"))))
+			ContainSubstring(`forcibly released by user "oncall-alice"`), ContainSubstring(`reason "W1 hung for an hour; INC-4711"`))))
 
 		By("who broke it cannot be rewritten afterwards")
 		Expect(admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: w1.ClaimName}, &ended)).To(Succeed())

@@ -46,6 +46,7 @@ var expectedAlerts = []string{
 	"FencekeeperManagerDown",
 	"FencekeeperManagerReplicaDown",
 	"FencekeeperExpirationsSpiking",
+	"FencekeeperLockHeldTooLong",
 }
 
 // observability renders the chart with the dashboard and the PrometheusRule.
@@ -467,6 +468,33 @@ func managerMetricFamilies() map[string]string {
 const alertUnitTests = `rule_files: [rules.yaml]
 evaluation_interval: 1m
 tests:
+  - name: a hold far past the usual (p99 of ended holds) fires; a long but usual one does not
+    interval: 1m
+    input_series:
+      - series: 'fencekeeper_longest_hold_seconds{$L}'
+        values: '3000+60x60'
+      - series: 'fencekeeper_hold_duration_seconds_bucket{$L,ended="released",le="60"}'
+        values: '0+10x60'
+      - series: 'fencekeeper_hold_duration_seconds_bucket{$L,ended="released",le="300"}'
+        values: '0+10x60'
+      - series: 'fencekeeper_hold_duration_seconds_bucket{$L,ended="released",le="+Inf"}'
+        values: '0+10x60'
+    alert_rule_test:
+      - {eval_time: 5m, alertname: FencekeeperLockHeldTooLong, exp_alerts: []}
+      - {eval_time: 30m, alertname: FencekeeperLockHeldTooLong, exp_alerts: [{exp_labels: {severity: warning}}]}
+  - name: long holds that are usual do not fire
+    interval: 1m
+    input_series:
+      - series: 'fencekeeper_longest_hold_seconds{$L}'
+        values: '7200x60'
+      - series: 'fencekeeper_hold_duration_seconds_bucket{$L,ended="released",le="3600"}'
+        values: '0x60'
+      - series: 'fencekeeper_hold_duration_seconds_bucket{$L,ended="released",le="86400"}'
+        values: '0+10x60'
+      - series: 'fencekeeper_hold_duration_seconds_bucket{$L,ended="released",le="+Inf"}'
+        values: '0+10x60'
+    alert_rule_test:
+      - {eval_time: 40m, alertname: FencekeeperLockHeldTooLong, exp_alerts: []}
   - name: stale-token rejections fire; accepted writes do not count
     interval: 1m
     input_series:
