@@ -2,6 +2,7 @@ package chart
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -126,6 +128,26 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Expect(vwc.Webhooks[0].Rules).To(HaveLen(1))
 		Expect(*vwc.Webhooks[0].FailurePolicy).To(Equal(admissionregistrationv1.Fail))
 		Expect(vwc.Webhooks[0].NamespaceSelector.MatchExpressions[0].Values).To(ConsistOf("kube-system", "fencekeeper-system"))
+
+		By("breaking a lock is an admin's right (verb break, aggregated to admin), not a holder's (edit)")
+		verbs := func(role string) []string {
+			var cr rbacv1.ClusterRole
+			Expect(admin.Get(ctx, client.ObjectKey{Name: role}, &cr)).To(Succeed())
+			var out []string
+			for _, r := range cr.Rules {
+				if slices.Contains(r.Resources, "fencedleases") {
+					out = append(out, r.Verbs...)
+				}
+			}
+			return out
+		}
+		Expect(verbs("fencekeeper-breaker")).To(ContainElements("break", "patch"))
+		Expect(verbs("fencekeeper-holder")).NotTo(ContainElements("break"))
+		Expect(verbs("fencekeeper-holder")).NotTo(ContainElements("patch"))
+		var breaker rbacv1.ClusterRole
+		Expect(admin.Get(ctx, client.ObjectKey{Name: "fencekeeper-breaker"}, &breaker)).To(Succeed())
+		Expect(breaker.Labels).To(HaveKeyWithValue("rbac.authorization.k8s.io/aggregate-to-admin", "true"))
+		Expect(breaker.Labels).NotTo(HaveKey("rbac.authorization.k8s.io/aggregate-to-edit"))
 
 		out, errOut, err = helm("upgrade", "fk", chartDir, "-n", "fencekeeper-system",
 			"--set", "replicaCount=3", "--set", "guardedResources={configmaps,reports.reports.example.com/v1}")
