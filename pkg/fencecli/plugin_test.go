@@ -83,11 +83,19 @@ while true; do sleep 0.1; done`
 		Eventually(func() string {
 			out, _ := fence(ns, "status", "report-2026-07").Output()
 			return string(out)
-		}, 10*time.Second).Should(MatchRegexp(`report-2026-07\s+W1\s+[1-9][0-9]*\s+~\d+s\s+1 waiting \[W2\]`))
+		}, 10*time.Second).Should(MatchRegexp(`report-2026-07\s+W1\s+[1-9][0-9]*\s+~\d+s\s+~\d+s\s+1 waiting \[W2\]\s+~\d+s`))
+		By("and -o json has the queue length, the oldest wait and how long the holder has held")
+		js, err := fence(ns, "status", "report-2026-07", "-o", "json").Output()
+		Expect(err).NotTo(HaveOccurred())
+		var st []map[string]any
+		Expect(json.Unmarshal(js, &st)).To(Succeed(), string(js))
+		Expect(st).To(HaveLen(1))
+		Expect(st[0]).To(HaveKeyWithValue("queueLength", BeEquivalentTo(1)))
+		Expect(st[0]).To(HaveKeyWithValue("oldestWait", MatchRegexp(`^~\d+s$`)))
+		Expect(st[0]).To(HaveKeyWithValue("heldFor", MatchRegexp(`^~\d+s$`)))
 
 		By("the lease is lost: someone deletes the claim")
 		Expect(admin.DeleteAllOf(ctx, &fkv1.FencedLease{}, client.InNamespace(ns), client.MatchingFields{"metadata.name": claimsIn(ns)[0].Name})).To(Succeed())
-		var err error
 		Eventually(done, 30*time.Second).Should(Receive(&err))
 		Expect(err).To(HaveOccurred())
 		var ee *exec.ExitError
@@ -206,7 +214,7 @@ while true; do sleep 0.1; done`
 		for _, args := range [][]string{{"status"}, {"status", "taken"}} {
 			code, stdout, stderr := fenceExit(ns, nil, args...)
 			Expect(code).To(Equal(0), stderr)
-			Expect(stdout).To(MatchRegexp(`(?m)^taken\s+<conflict: Lease not managed by fencekeeper>\s+0\s+-\s+1 waiting \[W1\]$`))
+			Expect(stdout).To(MatchRegexp(`(?m)^taken\s+<conflict: Lease not managed by fencekeeper>\s+0\s+-\s+-\s+1 waiting \[W1\]\s+~\d+s$`))
 			Expect(stdout).To(ContainSubstring("taken: LockConflict: " + reason))
 			Expect(reason).To(ContainSubstring("Lease " + ns + "/taken exists and is not managed by fencekeeper"))
 		}

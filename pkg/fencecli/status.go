@@ -19,13 +19,20 @@ import (
 
 // lockStatus is what status prints for one lock.
 type lockStatus struct {
-	Namespace string   `json:"namespace"`
-	Lock      string   `json:"lock"`
-	Holder    string   `json:"holder,omitempty"`
-	Claim     string   `json:"claim,omitempty"`
-	Epoch     int64    `json:"epoch"`
-	TTLLeft   string   `json:"ttlLeft,omitempty"`
-	Queue     []string `json:"queue"`
+	Namespace string `json:"namespace"`
+	Lock      string `json:"lock"`
+	Holder    string `json:"holder,omitempty"`
+	Claim     string `json:"claim,omitempty"`
+	Epoch     int64  `json:"epoch"`
+	TTLLeft   string `json:"ttlLeft,omitempty"`
+	// HeldFor is how long the holder has held the lock (since the Lease's
+	// acquireTime; a wall-clock estimate).
+	HeldFor string   `json:"heldFor,omitempty"`
+	Queue   []string `json:"queue"`
+	// QueueLength and OldestWait: how many wait, and how long the first
+	// has waited (since its claim was created).
+	QueueLength int    `json:"queueLength"`
+	OldestWait  string `json:"oldestWait,omitempty"`
 	// Conflict is set while a same-named Lease that fencekeeper does not
 	// manage blocks the lock: why (the claims' LockConflict message).
 	Conflict string `json:"conflict,omitempty"`
@@ -76,16 +83,16 @@ func newStatusCommand(o *options) *cobra.Command {
 
 func printTable(o *options, locks []lockStatus) {
 	tw := tabwriter.NewWriter(o.streams.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LOCK\tHOLDER\tEPOCH\tTTL LEFT\tQUEUE")
+	fmt.Fprintln(tw, "LOCK\tHOLDER\tEPOCH\tHELD FOR\tTTL LEFT\tQUEUE\tOLDEST WAIT")
 	for _, l := range locks {
-		holder, left := l.Holder, l.TTLLeft
+		holder, held, left, oldest := l.Holder, orDash(l.HeldFor), orDash(l.TTLLeft), orDash(l.OldestWait)
 		switch {
 		case l.Conflict != "":
-			holder, left = conflictHolder, "-"
+			holder, held, left = conflictHolder, "-", "-"
 		case holder == "":
-			holder, left = "<free>", "-"
+			holder, held, left = "<free>", "-", "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d waiting %v\n", l.Lock, holder, l.Epoch, left, len(l.Queue), l.Queue)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d waiting %v\t%s\n", l.Lock, holder, l.Epoch, held, left, l.QueueLength, l.Queue, oldest)
 	}
 	_ = tw.Flush()
 	// The reasons are long: below the table, so its columns stay readable.
@@ -129,6 +136,9 @@ func collectStatus(ctx context.Context, c client.Client, ns, only string) ([]loc
 					left := time.Until(l.Spec.RenewTime.Add(time.Duration(led.LeaseDurationSeconds) * time.Second))
 					st.TTLLeft = fmt.Sprintf("~%s", left.Round(time.Second))
 				}
+				if l.Spec.AcquireTime != nil {
+					st.HeldFor = fmt.Sprintf("~%s", time.Since(l.Spec.AcquireTime.Time).Round(time.Second))
+				}
 			}
 		case err == nil:
 			// A Lease fencekeeper does not manage holds the lock's name: the
@@ -145,13 +155,24 @@ func collectStatus(ctx context.Context, c client.Client, ns, only string) ([]loc
 		})
 		for _, cl := range cls {
 			if cl.Status.Phase == fkv1.PhasePending || cl.Status.Phase == "" {
+				if len(st.Queue) == 0 {
+					st.OldestWait = fmt.Sprintf("~%s", time.Since(cl.CreationTimestamp.Time).Round(time.Second))
+				}
 				st.Queue = append(st.Queue, cl.Spec.HolderIdentity)
 			}
 		}
+		st.QueueLength = len(st.Queue)
 		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Lock < out[j].Lock })
 	return out, nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // conflictReason is the controller's LockConflict message on a waiting
