@@ -6,6 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
 var (
@@ -26,6 +28,14 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(decisions, latency, liveReads)
+	// The series the dashboard and alerts key on exist from the start (at
+	// zero): /metrics shows every name, and rate() sees the first one.
+	decisions.WithLabelValues("true", string(fkv1.AdmissionEpochAccepted))
+	for _, r := range []fkv1.AdmissionReason{fkv1.AdmissionStaleEpoch, fkv1.AdmissionNotCurrentEpoch} {
+		decisions.WithLabelValues("false", string(r))
+	}
+	latency.WithLabelValues("true")
+	latency.WithLabelValues("false")
 }
 
 func observe(_ admission.Request, allowed bool, reason string, d time.Duration) {

@@ -59,12 +59,14 @@ const (
 	holdEndedForced     = "forced"
 )
 
-// reasonForcedRelease is the reason DESIGN §8 gives a forced unlock's end.
-const reasonForcedRelease = "ForcedRelease"
-
 func init() {
 	metrics.Registry.MustRegister(grants, expirations, releases, forcedReleases, queueFullRejections, floorRepairs, lockConflicts, epochsExhausted, memoryLocks,
 		acquireWait, holdDuration, newQueueCollector(queues, clock.RealClock{}))
+	// Every series exists from the start (at zero), so /metrics shows every
+	// name and rate() sees the first hold that ends.
+	for _, ended := range []string{holdEndedReleased, holdEndedExpired, holdEndedSuperseded, holdEndedForced} {
+		holdDuration.WithLabelValues(ended)
+	}
 }
 
 // holdEndedLabel is the ended label of a holder's end ("" for none).
@@ -76,7 +78,7 @@ func holdEndedLabel(end holderEnd) string {
 		return holdEndedExpired
 	case holderGaveUp:
 		return holdEndedSuperseded
-	case reasonForcedRelease:
+	case holderForced:
 		return holdEndedForced
 	}
 	return ""

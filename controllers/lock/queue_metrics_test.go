@@ -180,7 +180,7 @@ func TestMetricsGrantAndHoldEnd(t *testing.T) {
 		{holderReleased, "released"},
 		{holderExpired, "expired"},
 		{holderGaveUp, "superseded"},
-		{reasonForcedRelease, "forced"},
+		{holderForced, "forced"},
 	} {
 		waits, waitSum := histogram(t, "fencekeeper_acquire_wait_seconds")
 		holds, holdSum := histogram(t, "fencekeeper_hold_duration_seconds", "ended", tc.label)

@@ -3,7 +3,9 @@ package docs_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,9 +38,10 @@ func TestDocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := t.TempDir()
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	env := append(os.Environ(), "DEV_DIR="+dev, "MANAGER_BIN="+manager,
 		"APISERVER_PORT="+strconv.Itoa(freePort(t)),
-		"MANAGER_METRICS_ADDRESS=127.0.0.1:"+strconv.Itoa(freePort(t)),
+		"MANAGER_METRICS_ADDRESS="+metricsAddr,
 		"MANAGER_PROBE_ADDRESS=127.0.0.1:"+strconv.Itoa(freePort(t)))
 	up := exec.Command("bash", filepath.Join(root, "hack", "dev-up.sh"))
 	up.Env = env
@@ -91,7 +94,9 @@ func TestDocs(t *testing.T) {
 	defer cancel()
 	sh := exec.CommandContext(ctx, "bash", "--noprofile", "--norc")
 	sh.Dir = work
-	sh.Env = withoutKubeconfig(os.Environ())
+	// The user's shell has the address dev-up was given (the docs default to
+	// dev-up's own default).
+	sh.Env = append(withoutKubeconfig(os.Environ()), "MANAGER_METRICS_ADDRESS="+metricsAddr)
 	sh.Stdin = strings.NewReader(script.String())
 	transcript, err := sh.CombinedOutput()
 	if err != nil {
@@ -118,6 +123,7 @@ func TestDocs(t *testing.T) {
 	if failed {
 		t.Logf("the whole session:\n%s", transcript)
 	}
+	checkMetricNames(t, metricsAddr)
 	t.Logf("%d commands from %d documents ran as documented", len(cmds), len(walked))
 }
 
@@ -166,4 +172,32 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// designMetrics are the manager's metric names in DESIGN §8 (the holder
+// library's are on its callers' registries).
+var designMetrics = []string{
+	"fencekeeper_grants_total", "fencekeeper_expirations_total", "fencekeeper_releases_total",
+	"fencekeeper_forced_releases_total", "fencekeeper_acquire_wait_seconds", "fencekeeper_hold_duration_seconds",
+	"fencekeeper_waiters", "fencekeeper_oldest_waiter_age_seconds", "fencekeeper_contended_locks",
+	"fencekeeper_admission_decisions_total", "fencekeeper_admission_duration_seconds",
+}
+
+// checkMetricNames scrapes the dev-up manager, as `curl` would after the
+// tour (grants done, a pod still waiting), and wants every DESIGN §8 name.
+func checkMetricNames(t *testing.T, addr string) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scraping the manager: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range designMetrics {
+		if !regexp.MustCompile(`(?m)^` + name + `(_bucket|_count|_sum)?[{ ]`).Match(body) {
+			t.Errorf("the manager's /metrics has no %s", name)
+		}
+	}
 }
