@@ -39,20 +39,23 @@ var nonDefault = []string{
 	"--set", "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24",
 	"--set", "claims.expiredRetention=1h30m",
 	"--set", "dashboards.enabled=true",
+	"--set", "prometheusRule.enabled=true",
 	"--set", "dashboards.annotations.grafana_folder=Infrastructure",
 }
 
 // servedAPIs tell helm template that the cluster serves the third-party kinds
 // nonDefault needs (this test's apiserver has their CRDs; helm template sees
 // no cluster).
-var servedAPIs = []string{"--api-versions", "cert-manager.io/v1/Certificate", "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"}
+var servedAPIs = []string{"--api-versions", "cert-manager.io/v1/Certificate", "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor",
+	"--api-versions", "monitoring.coreos.com/v1/PrometheusRule"}
 
 // withoutThirdParty is nonDefault minus the options that need third-party
 // kinds: helm lint cannot be told a cluster serves them.
 func withoutThirdParty(values []string) []string {
 	var out []string
 	for i := 0; i < len(values); i += 2 {
-		if strings.HasPrefix(values[i+1], "certManager.") || strings.HasPrefix(values[i+1], "metrics.serviceMonitor.") {
+		if strings.HasPrefix(values[i+1], "certManager.") || strings.HasPrefix(values[i+1], "metrics.serviceMonitor.") ||
+			strings.HasPrefix(values[i+1], "prometheusRule.") {
 			continue
 		}
 		out = append(out, values[i], values[i+1])
@@ -77,6 +80,10 @@ var _ = Describe("Helm chart", Ordered, func() {
 			out, errOut, err := run([]byte(manifests), kubectlBin, "apply", "--server-side", "--dry-run=server", "-f", "-")
 			Expect(err).NotTo(HaveOccurred(), out+errOut)
 			Expect(out).To(ContainSubstring("deployment.apps/fk-fencekeeper serverside-applied (server dry run)"))
+			if len(values) > 0 {
+				Expect(out).To(ContainSubstring("prometheusrule.monitoring.coreos.com/fk-fencekeeper serverside-applied (server dry run)"))
+				Expect(out).To(ContainSubstring("configmap/fk-fencekeeper-dashboard serverside-applied (server dry run)"))
+			}
 		},
 		Entry("default values", nil),
 		Entry("non-default values", nonDefault),
