@@ -14,44 +14,37 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
-// memoryLocks reads fencekeeper_authority_memory_locks{memory=m}.
-func memoryLocks(m string) float64 {
+// registrySum sums the gauge or counter values of metric name in this
+// process's registry whose label has value (summed over the managers this
+// process started).
+func registrySum(name, label, value string) float64 {
 	families, err := metrics.Registry.Gather()
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
-	for _, f := range families {
-		if f.GetName() != "fencekeeper_authority_memory_locks" {
-			continue
-		}
-		for _, s := range f.GetMetric() {
-			for _, l := range s.GetLabel() {
-				if l.GetName() == "memory" && l.GetValue() == m {
-					return s.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return 0
-}
-
-// reconcileErrors reads controller_runtime_reconcile_errors_total of a
-// controller (summed over the managers this process started).
-func reconcileErrors(controller string) float64 {
-	families, err := metrics.Registry.Gather()
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	ExpectWithOffset(2, err).NotTo(HaveOccurred())
 	total := 0.0
 	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_errors_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, s := range f.GetMetric() {
 			for _, l := range s.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == controller {
-					total += s.GetCounter().GetValue()
+				if l.GetName() == label && l.GetValue() == value {
+					total += s.GetGauge().GetValue() + s.GetCounter().GetValue()
 				}
 			}
 		}
 	}
 	return total
+}
+
+// memoryLocks reads fencekeeper_authority_memory_locks{memory=m}.
+func memoryLocks(m string) float64 {
+	return registrySum("fencekeeper_authority_memory_locks", "memory", m)
+}
+
+// reconcileErrors reads controller_runtime_reconcile_errors_total of a
+// controller.
+func reconcileErrors(controller string) float64 {
+	return registrySum("controller_runtime_reconcile_errors_total", "controller", controller)
 }
 
 var _ = Describe("The authority's memory", func() {

@@ -18,8 +18,8 @@ const DefaultMaxWaiters = 1000
 // place but the pod bridge would only make it again; a Deployment's
 // replicas bound that queue). max <= 0 means no limit.
 func queueFull(claims []*fkv1.FencedLease, l fkv1.Ledger, max int) map[types.UID]bool {
-	if max <= 0 {
-		return nil
+	if max <= 0 || len(claims) <= max {
+		return nil // no limit, or fewer claims than places: nothing to sort
 	}
 	waiting := waitingInOrder(claims, l)
 	free := max

@@ -1,10 +1,7 @@
 package fencecli_test
 
 import (
-	"bytes"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -45,20 +42,6 @@ func userKubeconfig(ns, name string, rules []rbacv1.PolicyRule) (string, client.
 	c, err := client.NewWithWatch(u.Config(), client.Options{Scheme: lease.Scheme()})
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	return path, c
-}
-
-// fenceAs runs the plugin with another user's kubeconfig.
-func fenceAs(kubeconfig, ns string, args ...string) (int, string, string) {
-	cmd := exec.Command(plugin, append([]string{"--kubeconfig", kubeconfig, "-n", ns}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode(), stdout.String(), stderr.String()
-	}
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
-	return 0, stdout.String(), stderr.String()
 }
 
 func forcedReleases() float64 {

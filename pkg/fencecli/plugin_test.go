@@ -25,14 +25,25 @@ import (
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
 
-func fence(ns string, args ...string) *exec.Cmd {
+func fence(ns string, args ...string) *exec.Cmd { return fenceWith(kubeconfig, ns, args...) }
+
+// fenceWith is the plugin run with a given user's kubeconfig.
+func fenceWith(kubeconfig, ns string, args ...string) *exec.Cmd {
 	return exec.Command(plugin, append([]string{"--kubeconfig", kubeconfig, "-n", ns}, args...)...)
 }
 
 // fenceExit runs the plugin with extra environment and returns its exit
 // code and output.
 func fenceExit(ns string, env []string, args ...string) (int, string, string) {
-	cmd := fence(ns, args...)
+	return runFence(fence(ns, args...), env)
+}
+
+// fenceAs runs the plugin as another user (its kubeconfig).
+func fenceAs(kubeconfig, ns string, args ...string) (int, string, string) {
+	return runFence(fenceWith(kubeconfig, ns, args...), nil)
+}
+
+func runFence(cmd *exec.Cmd, env []string) (int, string, string) {
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
