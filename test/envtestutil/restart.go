@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -151,4 +152,29 @@ func WaitAnswering(ctx context.Context, c client.Client) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("the apiserver does not answer after a minute: %w", err)
+}
+
+// WaitEtcdHealthy waits until etcd at clientURL reports itself healthy
+// (GET /health), so a kube-apiserver started next finds it serving.
+func WaitEtcdHealthy(ctx context.Context, clientURL string) error {
+	var last string
+	for i := 0; i < 600; i++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(clientURL, "/")+"/health", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && bytes.Contains(b, []byte(`"health":"true"`)) {
+				return nil
+			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, b)
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("etcd at %s is not healthy after a minute: %s", clientURL, last)
 }

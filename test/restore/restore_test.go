@@ -95,10 +95,19 @@ func restoreAndGrant(t *testing.T, bump bool) (int64, int64) {
 		t.Fatal(err)
 	}
 
-	if apiserver, err = envtestutil.FindControlPlaneProcess("kube-apiserver", io.Discard); err != nil {
+	// The restarted processes log to files, shown when they do not come up.
+	apiLog, err := os.Create(filepath.Join(dir, "kube-apiserver.log"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if etcd, err = envtestutil.FindControlPlaneProcess("etcd", io.Discard); err != nil {
+	etcdLog, err := os.Create(filepath.Join(dir, "etcd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if apiserver, err = envtestutil.FindControlPlaneProcess("kube-apiserver", apiLog); err != nil {
+		t.Fatal(err)
+	}
+	if etcd, err = envtestutil.FindControlPlaneProcess("etcd", etcdLog); err != nil {
 		t.Fatal(err)
 	}
 	dataDir := etcd.Arg("data-dir")
@@ -118,12 +127,16 @@ func restoreAndGrant(t *testing.T, bump bool) (int64, int64) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The apiserver starts against the restored etcd only once it serves.
+	if err := envtestutil.WaitEtcdHealthy(ctx, env.ControlPlane.Etcd.URL.String()); err != nil {
+		t.Fatalf("%v\netcd's log:\n%s", err, tail(filepath.Join(dir, "etcd.log")))
+	}
 	// The apiserver's caches still show the future the restore undid.
 	if err := apiserver.Restart(0); err != nil {
 		t.Fatal(err)
 	}
 	if err := envtestutil.WaitAnswering(ctx, c); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\nkube-apiserver's log:\n%s", err, tail(filepath.Join(dir, "kube-apiserver.log")))
 	}
 
 	mgr2, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{})
@@ -180,4 +193,13 @@ func saveSnapshot(t *testing.T, endpoint, path string) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// tail is the end of a log file, for a failure message.
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
 }
