@@ -16,6 +16,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
 // ControlPlaneProcess is etcd or kube-apiserver of a control plane this test
@@ -142,12 +144,16 @@ func (p *ControlPlaneProcess) Stop() {
 }
 
 // WaitAnswering waits up to a minute until the apiserver answers c again
-// (after a restart of it or of etcd).
+// (after a restart of it or of etcd) and serves FencedLeases: a restarted
+// kube-apiserver answers for built-in kinds a moment before its CRD
+// handler and discovery know the CRDs again ("no matches for kind").
 func WaitAnswering(ctx context.Context, c client.Client) error {
 	var err error
 	for i := 0; i < 600; i++ {
 		if err = c.List(ctx, &corev1.NamespaceList{}, client.Limit(1)); err == nil {
-			return nil
+			if err = c.List(ctx, &fkv1.FencedLeaseList{}, client.Limit(1)); err == nil {
+				return nil
+			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
