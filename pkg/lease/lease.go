@@ -373,16 +373,18 @@ func Stamp(obj metav1.Object, lock string, epoch int64) {
 // a newer holder's epoch is current.
 func (l *Lease) Update(ctx context.Context, c client.Client, obj client.Object, opts ...client.UpdateOption) error {
 	l.Stamp(obj)
-	return fenced(c.Update(ctx, obj, opts...))
+	return Fenced(c.Update(ctx, obj, opts...))
 }
 
 // Create stamps obj with this lease's epoch and creates it.
 func (l *Lease) Create(ctx context.Context, c client.Client, obj client.Object, opts ...client.CreateOption) error {
 	l.Stamp(obj)
-	return fenced(c.Create(ctx, obj, opts...))
+	return Fenced(c.Create(ctx, obj, opts...))
 }
 
-func fenced(err error) error {
+// Fenced turns the fencing admission's stale-epoch denial into an error
+// matching ErrStaleEpoch (and counts it); other errors pass unchanged.
+func Fenced(err error) error {
 	if err != nil && IsStaleEpoch(err) {
 		staleWrites.Inc()
 		return staleError{err: err}
@@ -398,7 +400,7 @@ func fenced(err error) error {
 // its fenced-epoch watermark).
 func (l *Lease) Patch(ctx context.Context, c client.Client, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 	l.Stamp(obj)
-	return fenced(c.Patch(ctx, obj, presenting{Patch: patch, epoch: l.Epoch}, opts...))
+	return Fenced(c.Patch(ctx, obj, presenting{Patch: patch, epoch: l.Epoch}, opts...))
 }
 
 // presenting adds the epoch token to whatever patch it wraps.
