@@ -252,7 +252,9 @@ func (l *Lock) isLeading() bool {
 }
 
 // Create is never needed (Get never reports NotFound); it behaves as Update.
-func (l *Lock) Create(ctx context.Context, ler rl.LeaderElectionRecord) error { return l.Update(ctx, ler) }
+func (l *Lock) Create(ctx context.Context, ler rl.LeaderElectionRecord) error {
+	return l.Update(ctx, ler)
+}
 
 // Update is client-go renewing (accepted while the term is HELD or SUSPECT:
 // the real renewal runs in the holder library on the authority's rules) or,
