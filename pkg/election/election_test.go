@@ -395,6 +395,9 @@ func testTransportGate(t *testing.T) {
 	if err := l.stop(); err != nil {
 		t.Fatal(err)
 	}
+	if cm, err = cms.Get(ctx, "table", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	cm.Data["a"] = "after release"
 	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); !errors.Is(err, election.ErrNotLeading) {
 		t.Fatalf("clientset update after the term was released: want ErrNotLeading, got %v", err)
