@@ -116,7 +116,7 @@ test: tools verify-gen fmt-check vet ## Every test, against a real kube-apiserve
 	@$(call go-test,-timeout $(TEST_TIMEOUT) -count=1)
 
 # The envtest-backed ginkgo suites (their Test functions), left out by test-unit.
-ENVTEST_SUITES := ^Test(Controllers|Plugin|Lease|Election|Chart|Admission|Cluster|Chaos|Restore|Demo|Docs)$$
+ENVTEST_SUITES := ^Test(Controllers|Plugin|Lease|Election|Chart|Admission|Cluster|Chaos|Restore|Demo|DemoLeader|Docs)$$
 
 .PHONY: test-unit
 test-unit: ## Pure tests only: no control plane, no bin/ binaries, seconds once compiled.

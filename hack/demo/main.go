@@ -7,9 +7,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -26,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/hack/internal/timeline"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 )
 
@@ -42,7 +41,7 @@ func main() {
 		hold := fs.Bool("hold", false, "")
 		_ = fs.Parse(os.Args[2:])
 		if err := worker(*kc, *ns, *name, lock, *ttl, *compute, *hold); err != nil {
-			emit(*name, "error", 0, err.Error())
+			timeline.Emit(*name, "error", 0, err.Error())
 			os.Exit(1)
 		}
 		return
@@ -55,54 +54,6 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println("\nDEMO OK: W2's report stands; W1's late write never landed.")
-}
-
-type timeline struct {
-	mu    sync.Mutex
-	start time.Time
-	seen  []event
-	cond  *sync.Cond
-}
-
-func newTimeline() *timeline {
-	t := &timeline{start: time.Now()}
-	t.cond = sync.NewCond(&t.mu)
-	fmt.Printf("%-8s %-6s %-20s %-6s %s\n", "TIME", "ACTOR", "EVENT", "EPOCH", "DETAIL")
-	return t
-}
-
-func (t *timeline) add(e event) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	epoch := ""
-	if e.Epoch > 0 {
-		epoch = fmt.Sprint(e.Epoch)
-	}
-	fmt.Printf("%7.2fs %-6s %-20s %-6s %s\n", time.Since(t.start).Seconds(), e.Actor, e.Event, epoch, e.Detail)
-	t.seen = append(t.seen, e)
-	t.cond.Broadcast()
-}
-
-// wait blocks until actor reported ev (or an error), up to d.
-func (t *timeline) wait(actor, ev string, d time.Duration) (event, error) {
-	deadline := time.Now().Add(d)
-	go func() { time.Sleep(d); t.cond.Broadcast() }()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for {
-		for _, e := range t.seen {
-			if e.Actor == actor && e.Event == ev {
-				return e, nil
-			}
-			if e.Actor == actor && e.Event == "error" {
-				return e, fmt.Errorf("%s failed: %s", actor, e.Detail)
-			}
-		}
-		if time.Now().After(deadline) {
-			return event{}, fmt.Errorf("%s did not report %q within %v", actor, ev, d)
-		}
-		t.cond.Wait()
-	}
 }
 
 func orchestrate(kubeconfig string, ttl time.Duration) error {
@@ -143,7 +94,7 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 		return err
 	}
 	kc, _ := filepath.Abs(kubeconfig)
-	tl := newTimeline()
+	tl := timeline.New()
 	start := func(name string, extra ...string) (*exec.Cmd, error) {
 		args := append([]string{"worker", "--kubeconfig", kc, "--namespace", ns, "--name", name, "--ttl", ttl.String()}, extra...)
 		cmd := exec.Command(self, args...)
@@ -155,15 +106,7 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 		if err := cmd.Start(); err != nil {
 			return nil, err
 		}
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				var e event
-				if json.Unmarshal(sc.Bytes(), &e) == nil {
-					tl.add(e)
-				}
-			}
-		}()
+		go tl.Follow(stdout)
 		return cmd, nil
 	}
 
@@ -178,57 +121,57 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 	if err := setup.Release(ctx); err != nil {
 		return err
 	}
-	tl.add(event{Actor: "demo", Event: "seeded report v10", Epoch: setup.Epoch, Detail: "by june-job, lock released"})
+	tl.Add(timeline.Event{Actor: "demo", Event: "seeded report v10", Epoch: setup.Epoch, Detail: "by june-job, lock released"})
 
 	w1, err := start("W1", "--compute", "3s")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = w1.Process.Signal(syscall.SIGCONT); _ = w1.Process.Kill() }()
-	a1, err := tl.wait("W1", "computing", 30*time.Second)
+	a1, err := tl.Wait("W1", "computing", 30*time.Second)
 	if err != nil {
 		return err
 	}
 	if err := w1.Process.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
-	tl.add(event{Actor: "demo", Event: "SIGSTOP W1", Detail: "a GC pause: no renewals, no code runs"})
+	tl.Add(timeline.Event{Actor: "demo", Event: "SIGSTOP W1", Detail: "a GC pause: no renewals, no code runs"})
 
 	w2, err := start("W2", "--hold")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = w2.Process.Kill() }()
-	a2, err := tl.wait("W2", "acquired", 10*ttl+10*time.Second)
+	a2, err := tl.Wait("W2", "acquired", 10*ttl+10*time.Second)
 	if err != nil {
 		return err
 	}
 	if a2.Epoch != a1.Epoch+1 {
 		return fmt.Errorf("W2 got epoch %d, want %d", a2.Epoch, a1.Epoch+1)
 	}
-	if _, err := tl.wait("W2", "published", 30*time.Second); err != nil {
+	if _, err := tl.Wait("W2", "published", 30*time.Second); err != nil {
 		return err
 	}
 	if err := w1.Process.Signal(syscall.SIGCONT); err != nil {
 		return err
 	}
-	tl.add(event{Actor: "demo", Event: "SIGCONT W1", Detail: "W1 resumes, still believing it owns the report"})
-	if e, err := tl.wait("W1", "publish rejected", 30*time.Second); err != nil {
-		if _, ok := findEvent(tl, "W1", "published"); ok {
+	tl.Add(timeline.Event{Actor: "demo", Event: "SIGCONT W1", Detail: "W1 resumes, still believing it owns the report"})
+	if e, err := tl.Wait("W1", "publish rejected", 30*time.Second); err != nil {
+		if _, ok := tl.Find("W1", "published"); ok {
 			return fmt.Errorf("W1's stale write was ACCEPTED")
 		}
 		return err
 	} else if !strings.Contains(e.Detail, fmt.Sprintf("stale epoch %d", a1.Epoch)) {
 		return fmt.Errorf("W1's write was rejected for the wrong reason: %s", e.Detail)
 	}
-	if _, err := tl.wait("W1", "discarded result", 3*ttl); err != nil {
+	if _, err := tl.Wait("W1", "discarded result", 3*ttl); err != nil {
 		return err
 	}
 	if err := w1.Wait(); err != nil {
 		return fmt.Errorf("W1 exited with %w", err)
 	}
 	_ = w2.Process.Signal(syscall.SIGUSR1)
-	if _, err := tl.wait("W2", "released", 30*time.Second); err != nil {
+	if _, err := tl.Wait("W2", "released", 30*time.Second); err != nil {
 		return err
 	}
 	if err := w2.Wait(); err != nil {
@@ -254,17 +197,6 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 		return fmt.Errorf("the report's final version is not W2's: %q", last)
 	}
 	return nil
-}
-
-func findEvent(t *timeline, actor, ev string) (event, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, e := range t.seen {
-		if e.Actor == actor && e.Event == ev {
-			return e, true
-		}
-	}
-	return event{}, false
 }
 
 // cleanup removes what the demo created (the local control plane runs no

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,21 +15,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/fencekeeper/fencekeeper/hack/internal/timeline"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 )
-
-// event is one line a worker prints for the orchestrator's timeline.
-type event struct {
-	Actor  string `json:"actor"`
-	Event  string `json:"event"`
-	Epoch  int64  `json:"epoch,omitempty"`
-	Detail string `json:"detail,omitempty"`
-}
-
-func emit(actor, ev string, epoch int64, detail string) {
-	b, _ := json.Marshal(event{Actor: actor, Event: ev, Epoch: epoch, Detail: detail})
-	fmt.Println(string(b))
-}
 
 // worker is one report worker built on pkg/lease: acquire, read, compute,
 // publish with the epoch, and react to loss.
@@ -44,33 +31,33 @@ func worker(kubeconfig, ns, name, lock string, ttl, compute time.Duration, holdU
 		return err
 	}
 	ctx := context.Background()
-	emit(name, "acquiring", 0, "lock "+lock)
+	timeline.Emit(name, "acquiring", 0, "lock "+lock)
 	l, err := lease.NewClientFrom(c, ns).Acquire(ctx, lock, name, lease.Options{
 		RequestID: name + "-" + lock, TTL: ttl,
 		OnTransition: func(t lease.Transition) {
 			if t.To == lease.Suspect || t.To == lease.Lost {
-				emit(name, "state "+string(t.To), 0, t.Reason)
+				timeline.Emit(name, "state "+string(t.To), 0, t.Reason)
 			}
 		},
 	})
 	if err != nil {
 		return err
 	}
-	emit(name, "acquired", l.Epoch, "claim "+l.ClaimName)
+	timeline.Emit(name, "acquired", l.Epoch, "claim "+l.ClaimName)
 
 	var cm corev1.ConfigMap
 	err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: lock}, &cm)
 	switch {
 	case apierrors.IsNotFound(err):
 		cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: lock}}
-		emit(name, "read", l.Epoch, "no report yet")
+		timeline.Emit(name, "read", l.Epoch, "no report yet")
 	case err != nil:
 		return err
 	default:
-		emit(name, "read", l.Epoch, "report says "+cm.Data["report.csv"])
+		timeline.Emit(name, "read", l.Epoch, "report says "+cm.Data["report.csv"])
 	}
 	result := fmt.Sprintf("report %s computed by %s", lock, name)
-	emit(name, "computing", l.Epoch, compute.String())
+	timeline.Emit(name, "computing", l.Epoch, compute.String())
 	// The lease is checked here, before the long computation: the design's
 	// point is that this check cannot protect the write that follows.
 	if l.State() != lease.Held {
@@ -80,19 +67,19 @@ func worker(kubeconfig, ns, name, lock string, ttl, compute time.Duration, holdU
 
 	err = publish(ctx, c, l, &cm, result)
 	if errors.Is(err, lease.ErrStaleEpoch) {
-		emit(name, "publish rejected", l.Epoch, "stale_owner: "+apiMessage(err))
+		timeline.Emit(name, "publish rejected", l.Epoch, "stale_owner: "+apiMessage(err))
 		select {
 		case <-l.Done():
 		case <-time.After(2 * ttl):
 			return fmt.Errorf("the lease was not reported lost after the write was rejected")
 		}
-		emit(name, "discarded result", l.Epoch, "lease state "+string(l.State()))
+		timeline.Emit(name, "discarded result", l.Epoch, "lease state "+string(l.State()))
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("publishing: %w", err)
 	}
-	emit(name, "published", l.Epoch, result)
+	timeline.Emit(name, "published", l.Epoch, result)
 	if holdUntilSignal {
 		s := make(chan os.Signal, 1)
 		signal.Notify(s, syscall.SIGUSR1)
@@ -101,7 +88,7 @@ func worker(kubeconfig, ns, name, lock string, ttl, compute time.Duration, holdU
 	if err := l.Release(ctx); err != nil {
 		return err
 	}
-	emit(name, "released", l.Epoch, "claim "+l.ClaimName)
+	timeline.Emit(name, "released", l.Epoch, "claim "+l.ClaimName)
 	return nil
 }
 
