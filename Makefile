@@ -148,7 +148,11 @@ bench: tools build ## Benchmark report (BENCH_QUICK=1 for a short run); writes .
 
 .PHONY: demo
 demo: ## Replay the report handoff with real processes: W1 paused, W2 takes over, W1's late write refused.
-	@hack/demo.sh
+	@hack/demo.sh demo
+
+.PHONY: demo-leader
+demo-leader: ## Two replicas of a sample operator under fenced leader election: the paused old leader's allocation is refused.
+	@hack/demo.sh demo-leader
 
 .PHONY: dev-down
 dev-down: ## Stop what dev-up started.

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# make demo: runs hack/demo against the local control plane of `make dev-up`,
-# starting it first (and stopping it afterwards) when it is not running.
+# make demo / make demo-leader: runs hack/demo (or hack/$1) against the local
+# control plane of `make dev-up`, starting it first (and stopping it
+# afterwards) when it is not running.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
+demo="${1:-demo}"
+shift || true
 started=""
 if [[ ! -f .dev/ready ]] || ! bin/kubectl --kubeconfig .dev/kubeconfig get --raw /readyz >/dev/null 2>&1; then
 	make --no-print-directory dev-up
@@ -11,5 +14,5 @@ if [[ ! -f .dev/ready ]] || ! bin/kubectl --kubeconfig .dev/kubeconfig get --raw
 fi
 cleanup() { if [[ -n "${started}" ]]; then make --no-print-directory dev-down; fi; }
 trap cleanup EXIT
-go build -o bin/demo ./hack/demo
-bin/demo --kubeconfig .dev/kubeconfig "$@"
+go build -o "bin/${demo}" "./hack/${demo}"
+"bin/${demo}" --kubeconfig .dev/kubeconfig "$@"

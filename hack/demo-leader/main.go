@@ -37,9 +37,11 @@ func main() {
 		operatorMain()
 		return
 	}
-	kubeconfig := flag.String("kubeconfig", ".dev/kubeconfig", "Kubeconfig of the local control plane (make dev-up).")
-	ttl := flag.Duration("ttl", 3*time.Second, "Lease TTL of the replicas.")
-	flag.Parse()
+	// Its own flag set: controller-runtime registers --kubeconfig globally.
+	fs := flag.NewFlagSet("demo-leader", flag.ExitOnError)
+	kubeconfig := fs.String("kubeconfig", ".dev/kubeconfig", "Kubeconfig of the local control plane (make dev-up).")
+	ttl := fs.Duration("ttl", 3*time.Second, "Lease TTL of the replicas.")
+	_ = fs.Parse(os.Args[1:])
 	if err := orchestrate(*kubeconfig, *ttl); err != nil {
 		fmt.Fprintf(os.Stderr, "\nDEMO FAILED: %v\n", err)
 		os.Exit(1)
@@ -203,7 +205,7 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 	histMu.Lock()
 	defer histMu.Unlock()
 	fmt.Printf("\nreplica-b took over %.2fs after the pause (TTL %v); replica-a's stale write was %s.\n",
-		took.Seconds(), ttl, strings.TrimPrefix(refusal.Event, "refused "))
+		took.Seconds(), ttl, refusal.Event)
 	fmt.Println("\nEvery accepted allocation write, as watched:")
 	for _, v := range history {
 		fmt.Printf("    %-14s %-14s epoch %d\n", v.name, v.cidr, v.epoch)
@@ -243,8 +245,10 @@ func waitAny(tl *timeline.Timeline, actor string, d time.Duration, events ...str
 				return e, nil
 			}
 		}
-		if e, ok := tl.Find(actor, "allocated"); ok && strings.Contains(e.Detail, "node-3") {
-			return e, fmt.Errorf("its write was ACCEPTED: %s", e.Detail)
+		for _, e := range tl.All() {
+			if e.Actor == actor && e.Event == "allocated" && strings.Contains(e.Detail, "node-3") {
+				return e, fmt.Errorf("its write was ACCEPTED: %s", e.Detail)
+			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -138,6 +138,15 @@ func (l *Lock) leading() (*lease.Lease, error) {
 	}
 	switch s := t.State(); s {
 	case lease.Held:
+		// The state goroutines may not have run yet (a process that was
+		// just resumed from a pause): judge the safe time by the clock too.
+		rem := t.Remaining()
+		if rem <= 0 {
+			return nil, fmt.Errorf("%w of lock %s/%s: the term of epoch %d ran out of safe time %v ago: %w", ErrNotLeading, l.cfg.Namespace, l.cfg.Name, t.Epoch, -rem.Round(time.Millisecond), lease.ErrLost)
+		}
+		if rem <= t.TTL/3 {
+			return nil, fmt.Errorf("%w of lock %s/%s: the term of epoch %d has %v of safe time left (SUSPECT)", ErrNotLeading, l.cfg.Namespace, l.cfg.Name, t.Epoch, rem.Round(time.Millisecond))
+		}
 		return t, nil
 	case lease.Lost:
 		return nil, fmt.Errorf("%w of lock %s/%s: the term of epoch %d is LOST: %w", ErrNotLeading, l.cfg.Namespace, l.cfg.Name, t.Epoch, lease.ErrLost)
