@@ -128,6 +128,12 @@ func run(quick bool, p params) error {
 	}
 	done()
 
+	done = step(fmt.Sprintf("graceful handoff (fenced election and client-go ReleaseOnCancel, TTL %v)", gracefulTTL))
+	if r.GracefulHandoffMS, r.ClientgoGracefulHandoffMS, err = gracefulHandoffs(ctx, cl.admin, p.takeoverRuns); err != nil {
+		return err
+	}
+	done()
+
 	done = step("throughput")
 	if r.GrantsPerS, err = grantThroughput(ctx, c, p.throughputLocks, 16); err != nil {
 		return err

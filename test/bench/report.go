@@ -24,6 +24,8 @@ type report struct {
 	HandoffMS                   map[string]latency `json:"handoff_ms"`
 	TakeoverOvershootMS         latency            `json:"takeover_overshoot_ms"`
 	ClientgoTakeoverOvershootMS latency            `json:"clientgo_takeover_overshoot_ms"`
+	GracefulHandoffMS           latency            `json:"graceful_handoff_ms"`
+	ClientgoGracefulHandoffMS   latency            `json:"clientgo_graceful_handoff_ms"`
 	WritesPerGrant              float64            `json:"writes_per_grant"`
 	WritesPerHandoff            float64            `json:"writes_per_handoff"`
 	NoopResyncWrites            float64            `json:"noop_resync_writes"`
