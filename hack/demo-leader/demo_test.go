@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"io"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -31,29 +28,7 @@ func TestMain(m *testing.M) {
 // allocation refused, the allocation table free of duplicates.
 func TestDemoLeader(t *testing.T) {
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	ctx := context.Background()
-	env, err := envtestutil.StartAdmissionEnv(ctx, []string{"configmaps"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Env.Stop() })
-	mgr, err := env.StartManager()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mgr.Stop() })
-	user, err := env.Env.AddUser(envtest.User{Name: "operator", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := envtestutil.DemoKubeconfig(t, "operator")
 	if err := orchestrate(kubeconfig, 3*time.Second); err != nil {
 		t.Fatalf("the demo deviated: %v", err)
 	}

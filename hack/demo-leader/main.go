@@ -24,12 +24,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
-	"github.com/fencekeeper/fencekeeper/hack/internal/timeline"
-	"github.com/fencekeeper/fencekeeper/pkg/lease"
+	"github.com/fencekeeper/fencekeeper/hack/internal/demokit"
 )
 
 func main() {
@@ -57,20 +55,12 @@ type version struct {
 }
 
 func orchestrate(kubeconfig string, ttl time.Duration) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return fmt.Errorf("no local control plane: run 'make dev-up' first: %w", err)
-	}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: lease.Scheme()})
+	c, ns, cleanup, err := demokit.Connect(kubeconfig, "demo-leader")
 	if err != nil {
 		return err
 	}
+	defer cleanup()
 	ctx := context.Background()
-	ns := fmt.Sprintf("demo-leader-%d", time.Now().Unix())
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return fmt.Errorf("creating namespace %s: %w", ns, err)
-	}
-	defer cleanup(c, ns)
 
 	hist, err := c.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns), client.HasLabels{cidrOf})
 	if err != nil {
@@ -90,29 +80,16 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 		}
 	}()
 
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	kc, _ := filepath.Abs(kubeconfig)
-	tl := timeline.New()
+	tl := demokit.New()
 	start := func(name string) (*exec.Cmd, error) {
-		cmd := exec.Command(self, "operator", "--kubeconfig", kc, "--namespace", ns, "--identity", name,
+		return tl.Start(nil, "operator", "--kubeconfig", kc, "--namespace", ns, "--identity", name,
 			"--ttl", ttl.String(), "--think", "2s")
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		go tl.Follow(stdout)
-		return cmd, nil
 	}
 	node := func(name string) error {
 		return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{nodeLabel: ""}}})
 	}
-	say := func(ev, detail string) { tl.Add(timeline.Event{Actor: "demo", Event: ev, Detail: detail}) }
+	say := func(ev, detail string) { tl.Add(demokit.Event{Actor: "demo", Event: ev, Detail: detail}) }
 
 	a, err := start("replica-a")
 	if err != nil {
@@ -237,7 +214,7 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 }
 
 // waitAny waits for the first of several events of actor.
-func waitAny(tl *timeline.Timeline, actor string, d time.Duration, events ...string) (timeline.Event, error) {
+func waitAny(tl *demokit.Timeline, actor string, d time.Duration, events ...string) (demokit.Event, error) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		for _, ev := range events {
@@ -252,14 +229,5 @@ func waitAny(tl *timeline.Timeline, actor string, d time.Duration, events ...str
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return timeline.Event{}, fmt.Errorf("%s reported none of %v within %v", actor, events, d)
-}
-
-// cleanup removes the demo's namespace (the local control plane runs no
-// namespace controller: the fenced allocations stay until dev-down).
-func cleanup(c client.Client, ns string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = c.DeleteAllOf(ctx, &fkv1.FencedLease{}, client.InNamespace(ns))
-	_ = c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	return demokit.Event{}, fmt.Errorf("%s reported none of %v within %v", actor, events, d)
 }

@@ -27,7 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
-	"github.com/fencekeeper/fencekeeper/hack/internal/timeline"
+	"github.com/fencekeeper/fencekeeper/hack/internal/demokit"
 	"github.com/fencekeeper/fencekeeper/pkg/election"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 )
@@ -67,7 +67,7 @@ func runOperator(args []string) error {
 	lock, err := election.New(cfg, election.Config{Namespace: *namespace, Name: lockName, Identity: who, TTL: *ttl,
 		OnTransition: func(t lease.Transition) {
 			if t.To == lease.Suspect || t.To == lease.Lost {
-				timeline.Emit(who, "state "+string(t.To), 0, t.Reason)
+				demokit.Emit(who, "state "+string(t.To), 0, t.Reason)
 			}
 		}})
 	if err != nil {
@@ -83,7 +83,11 @@ func runOperator(args []string) error {
 		return err
 	}
 
-	a := &allocator{Client: mgr.GetClient(), lock: lock, who: who, think: *think}
+	// The Lock leaves the queue cleanly when the manager stops.
+	if err := mgr.Add(lock); err != nil {
+		return err
+	}
+	a := &allocator{Client: mgr.GetClient(), live: mgr.GetAPIReader(), lock: lock, who: who, think: *think}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("allocator").
 		For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			_, isNode := o.GetLabels()[nodeLabel]
@@ -96,18 +100,19 @@ func runOperator(args []string) error {
 		if err != nil {
 			return err
 		}
-		timeline.Emit(who, "leading", epoch, "term granted by the authority")
+		demokit.Emit(who, "leading", epoch, "term granted by the authority")
 		return nil
 	})); err != nil {
 		return err
 	}
-	timeline.Emit(who, "candidate", 0, "queued for lock "+*namespace+"/"+lockName)
+	demokit.Emit(who, "candidate", 0, "queued for lock "+*namespace+"/"+lockName)
 	return mgr.Start(ctrl.SetupSignalHandler())
 }
 
 // allocator reconciles nodes into ranges.
 type allocator struct {
 	client.Client
+	live  client.Reader // the apiserver itself, not the cache
 	lock  *election.Lock
 	who   string
 	think time.Duration
@@ -140,7 +145,7 @@ func (a *allocator) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 			return ctrl.Result{}, a.refused(req.Name, epoch, err)
 		}
 		a.free(req.Name)
-		timeline.Emit(a.who, "freed", epoch, alloc.Data["cidr"]+" of "+req.Name)
+		demokit.Emit(a.who, "freed", epoch, alloc.Data["cidr"]+" of "+req.Name)
 		return ctrl.Result{}, nil
 	case apierrors.IsNotFound(nodeErr) || allocErr == nil:
 		return ctrl.Result{}, client.IgnoreNotFound(nodeErr)
@@ -151,7 +156,7 @@ func (a *allocator) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	}
 	i := a.lowestFree()
 	a.used[i] = req.Name
-	timeline.Emit(a.who, "chose", epoch, cidrText(i)+" for "+req.Name)
+	demokit.Emit(a.who, "chose", epoch, cidrText(i)+" for "+req.Name)
 	time.Sleep(a.think) // the work between deciding and recording: a pause here is the dangerous one
 	alloc = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: cidrName(req.Name),
 		Labels: map[string]string{fkv1.LabelLock: lockName, cidrOf: req.Name}},
@@ -160,17 +165,19 @@ func (a *allocator) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		delete(a.used, i)
 		return ctrl.Result{}, a.refused(req.Name, epoch, err)
 	}
-	timeline.Emit(a.who, "allocated", epoch, cidrText(i)+" to "+req.Name)
+	demokit.Emit(a.who, "allocated", epoch, cidrText(i)+" to "+req.Name)
 	return ctrl.Result{}, nil
 }
 
-// load reads the used ranges once per term, from the cache.
+// load reads the used ranges once per term, live: the cache may not show
+// the last allocations of the previous leader yet, and the uniqueness of a
+// range spans several objects (fencing orders the writes of each object).
 func (a *allocator) load(ctx context.Context, ns string) error {
 	if a.used != nil {
 		return nil
 	}
 	var list corev1.ConfigMapList
-	if err := a.List(ctx, &list, client.InNamespace(ns), client.HasLabels{cidrOf}); err != nil {
+	if err := a.live.List(ctx, &list, client.InNamespace(ns), client.HasLabels{cidrOf}); err != nil {
 		return err
 	}
 	a.used = map[int]string{}
@@ -211,11 +218,11 @@ func (a *allocator) free(node string) {
 func (a *allocator) refused(node string, epoch int64, err error) error {
 	switch {
 	case errors.Is(err, election.ErrNotLeading):
-		timeline.Emit(a.who, "refused by gate", epoch, node+": "+err.Error())
+		demokit.Emit(a.who, "refused by gate", epoch, node+": "+err.Error())
 	case lease.IsStaleEpoch(err):
-		timeline.Emit(a.who, "refused by object", epoch, node+": "+err.Error())
+		demokit.Emit(a.who, "refused by object", epoch, node+": "+err.Error())
 	default:
-		timeline.Emit(a.who, "write failed", epoch, node+": "+err.Error())
+		demokit.Emit(a.who, "write failed", epoch, node+": "+err.Error())
 	}
 	return err
 }
@@ -228,8 +235,8 @@ func operatorMain() {
 		}
 	}
 	if err := runOperator(os.Args[2:]); err != nil {
-		timeline.Emit(who, "exited", 0, err.Error())
+		demokit.Emit(who, "exited", 0, err.Error())
 		os.Exit(1)
 	}
-	timeline.Emit(who, "exited", 0, "clean shutdown")
+	demokit.Emit(who, "exited", 0, "clean shutdown")
 }

@@ -20,11 +20,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
-	"github.com/fencekeeper/fencekeeper/hack/internal/timeline"
+	"github.com/fencekeeper/fencekeeper/hack/internal/demokit"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 )
 
@@ -41,7 +40,7 @@ func main() {
 		hold := fs.Bool("hold", false, "")
 		_ = fs.Parse(os.Args[2:])
 		if err := worker(*kc, *ns, *name, lock, *ttl, *compute, *hold); err != nil {
-			timeline.Emit(*name, "error", 0, err.Error())
+			demokit.Emit(*name, "error", 0, err.Error())
 			os.Exit(1)
 		}
 		return
@@ -57,20 +56,12 @@ func main() {
 }
 
 func orchestrate(kubeconfig string, ttl time.Duration) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return fmt.Errorf("no local control plane: run 'make dev-up' first: %w", err)
-	}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: lease.Scheme()})
+	c, ns, cleanup, err := demokit.Connect(kubeconfig, "demo")
 	if err != nil {
 		return err
 	}
+	defer cleanup()
 	ctx := context.Background()
-	ns := fmt.Sprintf("demo-%d", time.Now().Unix())
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return fmt.Errorf("creating namespace %s: %w", ns, err)
-	}
-	defer cleanup(c, ns)
 
 	hist, err := c.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
 	if err != nil {
@@ -89,25 +80,11 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 	}()
 	defer hist.Stop()
 
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	kc, _ := filepath.Abs(kubeconfig)
-	tl := timeline.New()
+	tl := demokit.New()
 	start := func(name string, extra ...string) (*exec.Cmd, error) {
 		args := append([]string{"worker", "--kubeconfig", kc, "--namespace", ns, "--name", name, "--ttl", ttl.String()}, extra...)
-		cmd := exec.Command(self, args...)
-		cmd.Stderr = os.Stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		go tl.Follow(stdout)
-		return cmd, nil
+		return tl.Start(os.Stderr, args...)
 	}
 
 	// Last month's job left a report behind, written under the lock.
@@ -121,7 +98,7 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 	if err := setup.Release(ctx); err != nil {
 		return err
 	}
-	tl.Add(timeline.Event{Actor: "demo", Event: "seeded report v10", Epoch: setup.Epoch, Detail: "by june-job, lock released"})
+	tl.Add(demokit.Event{Actor: "demo", Event: "seeded report v10", Epoch: setup.Epoch, Detail: "by june-job, lock released"})
 
 	w1, err := start("W1", "--compute", "3s")
 	if err != nil {
@@ -135,7 +112,7 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 	if err := w1.Process.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
-	tl.Add(timeline.Event{Actor: "demo", Event: "SIGSTOP W1", Detail: "a GC pause: no renewals, no code runs"})
+	tl.Add(demokit.Event{Actor: "demo", Event: "SIGSTOP W1", Detail: "a GC pause: no renewals, no code runs"})
 
 	w2, err := start("W2", "--hold")
 	if err != nil {
@@ -155,7 +132,7 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 	if err := w1.Process.Signal(syscall.SIGCONT); err != nil {
 		return err
 	}
-	tl.Add(timeline.Event{Actor: "demo", Event: "SIGCONT W1", Detail: "W1 resumes, still believing it owns the report"})
+	tl.Add(demokit.Event{Actor: "demo", Event: "SIGCONT W1", Detail: "W1 resumes, still believing it owns the report"})
 	if e, err := tl.Wait("W1", "publish rejected", 30*time.Second); err != nil {
 		if _, ok := tl.Find("W1", "published"); ok {
 			return fmt.Errorf("W1's stale write was ACCEPTED")
@@ -197,14 +174,4 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 		return fmt.Errorf("the report's final version is not W2's: %q", last)
 	}
 	return nil
-}
-
-// cleanup removes what the demo created (the local control plane runs no
-// namespace controller, so the namespace's objects are deleted explicitly).
-func cleanup(c client.Client, ns string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = c.DeleteAllOf(ctx, &fkv1.FencedLease{}, client.InNamespace(ns))
-	_ = c.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns))
-	_ = c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 }

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/fencekeeper/fencekeeper/hack/internal/timeline"
+	"github.com/fencekeeper/fencekeeper/hack/internal/demokit"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 )
 
@@ -31,33 +31,33 @@ func worker(kubeconfig, ns, name, lock string, ttl, compute time.Duration, holdU
 		return err
 	}
 	ctx := context.Background()
-	timeline.Emit(name, "acquiring", 0, "lock "+lock)
+	demokit.Emit(name, "acquiring", 0, "lock "+lock)
 	l, err := lease.NewClientFrom(c, ns).Acquire(ctx, lock, name, lease.Options{
 		RequestID: name + "-" + lock, TTL: ttl,
 		OnTransition: func(t lease.Transition) {
 			if t.To == lease.Suspect || t.To == lease.Lost {
-				timeline.Emit(name, "state "+string(t.To), 0, t.Reason)
+				demokit.Emit(name, "state "+string(t.To), 0, t.Reason)
 			}
 		},
 	})
 	if err != nil {
 		return err
 	}
-	timeline.Emit(name, "acquired", l.Epoch, "claim "+l.ClaimName)
+	demokit.Emit(name, "acquired", l.Epoch, "claim "+l.ClaimName)
 
 	var cm corev1.ConfigMap
 	err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: lock}, &cm)
 	switch {
 	case apierrors.IsNotFound(err):
 		cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: lock}}
-		timeline.Emit(name, "read", l.Epoch, "no report yet")
+		demokit.Emit(name, "read", l.Epoch, "no report yet")
 	case err != nil:
 		return err
 	default:
-		timeline.Emit(name, "read", l.Epoch, "report says "+cm.Data["report.csv"])
+		demokit.Emit(name, "read", l.Epoch, "report says "+cm.Data["report.csv"])
 	}
 	result := fmt.Sprintf("report %s computed by %s", lock, name)
-	timeline.Emit(name, "computing", l.Epoch, compute.String())
+	demokit.Emit(name, "computing", l.Epoch, compute.String())
 	// The lease is checked here, before the long computation: the design's
 	// point is that this check cannot protect the write that follows.
 	if l.State() != lease.Held {
@@ -67,19 +67,19 @@ func worker(kubeconfig, ns, name, lock string, ttl, compute time.Duration, holdU
 
 	err = publish(ctx, c, l, &cm, result)
 	if errors.Is(err, lease.ErrStaleEpoch) {
-		timeline.Emit(name, "publish rejected", l.Epoch, "stale_owner: "+apiMessage(err))
+		demokit.Emit(name, "publish rejected", l.Epoch, "stale_owner: "+apiMessage(err))
 		select {
 		case <-l.Done():
 		case <-time.After(2 * ttl):
 			return fmt.Errorf("the lease was not reported lost after the write was rejected")
 		}
-		timeline.Emit(name, "discarded result", l.Epoch, "lease state "+string(l.State()))
+		demokit.Emit(name, "discarded result", l.Epoch, "lease state "+string(l.State()))
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("publishing: %w", err)
 	}
-	timeline.Emit(name, "published", l.Epoch, result)
+	demokit.Emit(name, "published", l.Epoch, result)
 	if holdUntilSignal {
 		s := make(chan os.Signal, 1)
 		signal.Notify(s, syscall.SIGUSR1)
@@ -88,7 +88,7 @@ func worker(kubeconfig, ns, name, lock string, ttl, compute time.Duration, holdU
 	if err := l.Release(ctx); err != nil {
 		return err
 	}
-	timeline.Emit(name, "released", l.Epoch, "claim "+l.ClaimName)
+	demokit.Emit(name, "released", l.Epoch, "claim "+l.ClaimName)
 	return nil
 }
 

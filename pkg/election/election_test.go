@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -404,5 +405,134 @@ func testTransportGate(t *testing.T) {
 	}
 	if _, err := cms.Update(ctx, plain, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("an unfenced write after release: %v", err)
+	}
+}
+
+// claimsOf lists the claims of holder in ns.
+func claimsOf(t *testing.T, ns, holder string) []fkv1.FencedLease {
+	t.Helper()
+	var list fkv1.FencedLeaseList
+	if err := admin.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var out []fkv1.FencedLease
+	for _, c := range list.Items {
+		if c.Spec.HolderIdentity == holder && c.DeletionTimestamp == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func waitClaim(t *testing.T, ns, holder string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(claimsOf(t, ns, holder)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s queued no claim within 30s", holder)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func testWaitingReplicaLeavesQueue(t *testing.T) {
+	ns := newNamespace(t)
+	j := &journal{}
+	a := startCandidate(t, ns, "op", "replica-a", 60*time.Second, j)
+	a.waitLeads(t, 30*time.Second)
+	b := startCandidate(t, ns, "op", "replica-b", 60*time.Second, j)
+	waitClaim(t, ns, "replica-b")
+	if err := b.stop(); err != nil {
+		t.Fatalf("replica-b's manager: %v", err)
+	}
+	// Its claim is gone when its manager's Start returns (the process may
+	// exit right then): a dead replica must not be granted the lock.
+	if left := claimsOf(t, ns, "replica-b"); len(left) != 0 {
+		t.Fatalf("replica-b stopped, but its claim %s is still queued", left[0].Name)
+	}
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testReleaseBeforeGrant(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	a := startCandidate(t, ns, "op", "replica-a", 60*time.Second, &journal{})
+	a.waitLeads(t, 30*time.Second)
+	c, err := election.New(env.Admin, election.Config{Namespace: ns, Name: "op", Identity: "replica-c", TTL: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Get(ctx); err != nil { // starts queueing, as client-go's first poll does
+		t.Fatal(err)
+	}
+	waitClaim(t, ns, "replica-c")
+	if err := c.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := claimsOf(t, ns, "replica-c"); len(left) != 0 {
+		t.Fatalf("Release returned, but replica-c's claim %s is still queued", left[0].Name)
+	}
+	// The lock frees up: replica-c, released, must not be granted it.
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	d := startCandidate(t, ns, "op", "replica-d", 60*time.Second, &journal{})
+	d.waitLeads(t, 30*time.Second)
+	if rec, _, _ := c.Get(ctx); c.Term() != nil || rec.HolderIdentity == "replica-c" {
+		t.Fatalf("replica-c leads after its Release (term %v)", c.Term())
+	}
+}
+
+func testStatusByName(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	l := startCandidate(t, ns, "reporter", "replica", 15*time.Second, &journal{})
+	l.waitLeads(t, 30*time.Second)
+	g := l.mgr.GetClient()
+	report := &unstructured.Unstructured{}
+	report.SetAPIVersion("reports.example.com/v1")
+	report.SetKind("Report")
+	report.SetNamespace(ns)
+	report.SetName("report-2026-07")
+	report.SetLabels(map[string]string{fkv1.LabelLock: "reporter"})
+	if err := unstructured.SetNestedField(report.Object, "v1 by the leader", "spec", "body"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Create(ctx, report); err != nil {
+		t.Fatalf("the leader's gated create: %v", err)
+	}
+	status := func(phase string) error {
+		// A copy by name, without labels: the gate must look the object up.
+		byName := &unstructured.Unstructured{}
+		byName.SetGroupVersionKind(report.GroupVersionKind())
+		byName.SetNamespace(ns)
+		byName.SetName(report.GetName())
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(byName), byName); err != nil {
+			return err
+		}
+		byName.SetLabels(nil)
+		if err := unstructured.SetNestedField(byName.Object, phase, "status", "phase"); err != nil {
+			return err
+		}
+		return g.Status().Update(ctx, byName)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := status("Published")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the leader's status update: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond) // the cache may not show the report yet (or a conflict)
+	}
+	if err := l.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := status("Stale"); !errors.Is(err, election.ErrNotLeading) {
+		t.Fatalf("a status update by name after the term ended: want ErrNotLeading, got %v", err)
 	}
 }

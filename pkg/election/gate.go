@@ -48,6 +48,8 @@ func (g *gated) Create(ctx context.Context, obj client.Object, opts ...client.Cr
 	if err != nil {
 		return refused(obj, "create", err)
 	}
+	ctx, cancel := sendBy(ctx, t)
+	defer cancel()
 	return t.Create(ctx, g.Client, obj, opts...)
 }
 
@@ -59,6 +61,8 @@ func (g *gated) Update(ctx context.Context, obj client.Object, opts ...client.Up
 	if err != nil {
 		return refused(obj, "update", err)
 	}
+	ctx, cancel := sendBy(ctx, t)
+	defer cancel()
 	return t.Update(ctx, g.Client, obj, opts...)
 }
 
@@ -70,19 +74,17 @@ func (g *gated) Patch(ctx context.Context, obj client.Object, patch client.Patch
 	if err != nil {
 		return refused(obj, "patch", err)
 	}
+	ctx, cancel := sendBy(ctx, t)
+	defer cancel()
 	return t.Patch(ctx, g.Client, obj, patch, opts...)
 }
 
 // Apply reads the apply configuration's labels; a fenced one is stamped
 // and sent as unstructured (the same fields, plus the epoch).
 func (g *gated) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-	b, err := json.Marshal(obj)
+	u, err := unstructuredOf(obj)
 	if err != nil {
-		return fmt.Errorf("write gate: reading the apply configuration: %w", err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := json.Unmarshal(b, &u.Object); err != nil {
-		return fmt.Errorf("write gate: reading the apply configuration: %w", err)
+		return err
 	}
 	if !g.lock.fences(u) {
 		return g.Client.Apply(ctx, obj, opts...)
@@ -91,38 +93,58 @@ func (g *gated) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts 
 	if err != nil {
 		return refused(u, "apply", err)
 	}
+	ctx, cancel := sendBy(ctx, t)
+	defer cancel()
 	t.Stamp(u)
 	return lease.Fenced(g.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...))
 }
 
 // Delete of a fenced object follows DESIGN §3 rule 6's path for the
-// current holder: a fenced write marks the object with the epoch, then the
-// delete is sent with UID and resourceVersion preconditions, so nothing
-// written between the two is deleted unseen. When obj carries no labels
-// (a delete by name), the gate reads it first to learn whether it is fenced.
+// current holder: a fenced write marks the object with the epoch (guarded by
+// the resourceVersion in hand, if any), then the delete is sent with UID and
+// resourceVersion preconditions (the caller's, if given), so nothing written
+// between the two is deleted unseen; a delete that fails takes the mark off
+// again. When obj carries no labels (a delete by name) in the lock's
+// namespace, the gate reads it first to learn whether it is fenced. A dry
+// run is passed through unmarked: it shows what the object says to a
+// delete, and writes nothing.
 func (g *gated) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	if len(obj.GetLabels()) == 0 {
-		cur := obj.DeepCopyObject().(client.Object)
-		if err := g.Client.Get(ctx, client.ObjectKeyFromObject(obj), cur); err == nil {
-			obj = cur
-		} else if !apierrors.IsNotFound(err) {
-			return err
-		}
-	}
-	if !g.lock.fences(obj) {
+	obj = g.lock.withLabels(ctx, g.Client, obj)
+	do := (&client.DeleteOptions{}).ApplyOptions(opts)
+	if !g.lock.fences(obj) || len(do.DryRun) > 0 {
 		return g.Client.Delete(ctx, obj, opts...)
 	}
 	t, err := g.lock.leading()
 	if err != nil {
 		return refused(obj, "delete", err)
 	}
-	mark := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, fkv1.AnnotationDeleteEpoch, fkv1.FormatEpoch(t.Epoch))
-	if err := t.Patch(ctx, g.Client, obj, client.RawPatch(types.MergePatchType, []byte(mark))); err != nil {
+	ctx, cancel := sendBy(ctx, t)
+	defer cancel()
+	mark := map[string]any{"annotations": map[string]any{fkv1.AnnotationDeleteEpoch: fkv1.FormatEpoch(t.Epoch)}}
+	if do.Preconditions != nil && do.Preconditions.ResourceVersion != nil {
+		mark["resourceVersion"] = *do.Preconditions.ResourceVersion
+	} else if rv := obj.GetResourceVersion(); rv != "" {
+		mark["resourceVersion"] = rv
+	}
+	body, _ := json.Marshal(map[string]any{"metadata": mark})
+	if err := t.Patch(ctx, g.Client, obj, client.RawPatch(types.MergePatchType, body)); err != nil {
 		return err
 	}
-	uid, rv := obj.GetUID(), obj.GetResourceVersion()
-	opts = append(opts, client.Preconditions{UID: &uid, ResourceVersion: &rv})
-	return lease.Fenced(g.Client.Delete(ctx, obj, opts...))
+	if do.Preconditions == nil {
+		uid, rv := obj.GetUID(), obj.GetResourceVersion()
+		opts = append(opts, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	} else if do.Preconditions.ResourceVersion != nil {
+		// The mark moved the resourceVersion the caller named.
+		rv := obj.GetResourceVersion()
+		opts = append(opts, client.Preconditions{UID: do.Preconditions.UID, ResourceVersion: &rv})
+	}
+	err = lease.Fenced(g.Client.Delete(ctx, obj, opts...))
+	if err != nil && !apierrors.IsNotFound(err) {
+		// Leave no mark behind: a later unmarked path must not find it.
+		unmark := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, fkv1.AnnotationDeleteEpoch))
+		_ = t.Patch(ctx, g.Client, obj, client.RawPatch(types.MergePatchType, unmark))
+	}
+	return err
 }
 
 // DeleteAllOf passes through: the admission check refuses each fenced
@@ -133,22 +155,26 @@ func (g *gated) Delete(ctx context.Context, obj client.Object, opts ...client.De
 // gate is their only guard: a fenced object's status is written only while
 // the term is HELD.
 func (g *gated) Status() client.SubResourceWriter {
-	return &gatedSub{SubResourceWriter: g.Client.Status(), lock: g.lock}
+	return &gatedSub{SubResourceWriter: g.Client.Status(), lock: g.lock, reader: g.Client}
 }
 
 // SubResource writes (scale, status, ...) of fenced objects are refused
 // unless HELD; the scale subresource is also fenced at the object.
 func (g *gated) SubResource(sub string) client.SubResourceClient {
-	return &gatedSubClient{SubResourceClient: g.Client.SubResource(sub), lock: g.lock}
+	return &gatedSubClient{SubResourceClient: g.Client.SubResource(sub), lock: g.lock, reader: g.Client}
 }
 
 type gatedSub struct {
 	client.SubResourceWriter
-	lock *Lock
+	lock   *Lock
+	reader client.Reader
 }
 
-func (s *gatedSub) check(obj client.Object, verb string) error {
-	if !s.lock.fences(obj) {
+// check refuses a subresource write of a fenced object unless HELD. The
+// object's labels are read when the copy in hand has none: status writes
+// have no check at the object, so the gate must not miss one.
+func (s *gatedSub) check(ctx context.Context, obj client.Object, verb string) error {
+	if !s.lock.fences(s.lock.withLabels(ctx, s.reader, obj)) {
 		return nil
 	}
 	if _, err := s.lock.leading(); err != nil {
@@ -158,36 +184,32 @@ func (s *gatedSub) check(obj client.Object, verb string) error {
 }
 
 func (s *gatedSub) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
-	if err := s.check(obj, "create subresource of"); err != nil {
+	if err := s.check(ctx, obj, "create subresource of"); err != nil {
 		return err
 	}
 	return s.SubResourceWriter.Create(ctx, obj, sub, opts...)
 }
 
 func (s *gatedSub) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	if err := s.check(obj, "update subresource of"); err != nil {
+	if err := s.check(ctx, obj, "update subresource of"); err != nil {
 		return err
 	}
 	return s.SubResourceWriter.Update(ctx, obj, opts...)
 }
 
 func (s *gatedSub) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	if err := s.check(obj, "patch subresource of"); err != nil {
+	if err := s.check(ctx, obj, "patch subresource of"); err != nil {
 		return err
 	}
 	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }
 
 func (s *gatedSub) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
-	b, err := json.Marshal(obj)
+	u, err := unstructuredOf(obj)
 	if err != nil {
 		return err
 	}
-	u := &unstructured.Unstructured{}
-	if err := json.Unmarshal(b, &u.Object); err != nil {
-		return err
-	}
-	if err := s.check(u, "apply subresource of"); err != nil {
+	if err := s.check(ctx, u, "apply subresource of"); err != nil {
 		return err
 	}
 	return s.SubResourceWriter.Apply(ctx, obj, opts...)
@@ -195,23 +217,28 @@ func (s *gatedSub) Apply(ctx context.Context, obj runtime.ApplyConfiguration, op
 
 type gatedSubClient struct {
 	client.SubResourceClient
-	lock *Lock
+	lock   *Lock
+	reader client.Reader
+}
+
+func (s *gatedSubClient) writer() *gatedSub {
+	return &gatedSub{SubResourceWriter: s.SubResourceClient, lock: s.lock, reader: s.reader}
 }
 
 func (s *gatedSubClient) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
-	return (&gatedSub{SubResourceWriter: s.SubResourceClient, lock: s.lock}).Create(ctx, obj, sub, opts...)
+	return s.writer().Create(ctx, obj, sub, opts...)
 }
 
 func (s *gatedSubClient) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	return (&gatedSub{SubResourceWriter: s.SubResourceClient, lock: s.lock}).Update(ctx, obj, opts...)
+	return s.writer().Update(ctx, obj, opts...)
 }
 
 func (s *gatedSubClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	return (&gatedSub{SubResourceWriter: s.SubResourceClient, lock: s.lock}).Patch(ctx, obj, patch, opts...)
+	return s.writer().Patch(ctx, obj, patch, opts...)
 }
 
 func (s *gatedSubClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
-	return (&gatedSub{SubResourceWriter: s.SubResourceClient, lock: s.lock}).Apply(ctx, obj, opts...)
+	return s.writer().Apply(ctx, obj, opts...)
 }
 
 func refused(obj interface {
@@ -219,4 +246,37 @@ func refused(obj interface {
 	GetName() string
 }, verb string, err error) error {
 	return fmt.Errorf("write gate: %s %s/%s refused before sending: %w", verb, obj.GetNamespace(), obj.GetName(), err)
+}
+
+// withLabels is obj, or when obj is in the lock's namespace but carries no
+// labels (a write by name), the stored object as the reader shows it.
+func (l *Lock) withLabels(ctx context.Context, r client.Reader, obj client.Object) client.Object {
+	if obj.GetNamespace() != l.cfg.Namespace || len(obj.GetLabels()) > 0 {
+		return obj
+	}
+	cur, ok := obj.DeepCopyObject().(client.Object)
+	if !ok || r.Get(ctx, client.ObjectKeyFromObject(obj), cur) != nil {
+		return obj
+	}
+	return cur
+}
+
+// sendBy bounds a gated write by the term's safe time: a write still
+// waiting (client rate limiter, connection set-up, a pause) when the term
+// turns SUSPECT is not sent late.
+func sendBy(ctx context.Context, t *lease.Lease) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, t.Remaining()-t.TTL/3)
+}
+
+// unstructuredOf reads an apply configuration as an object.
+func unstructuredOf(obj runtime.ApplyConfiguration) (*unstructured.Unstructured, error) {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("write gate: reading the apply configuration: %w", err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := lease.DecodeJSON(b, &u.Object); err != nil {
+		return nil, fmt.Errorf("write gate: reading the apply configuration: %w", err)
+	}
+	return u, nil
 }

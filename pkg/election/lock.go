@@ -55,11 +55,14 @@ type Lock struct {
 	cfg     Config
 	holders *lease.Client
 
-	mu        sync.Mutex
-	acquiring bool
-	term      *lease.Lease
-	ended     bool // a term ended or the election stopped: never lead again
-	granted   metav1.Time
+	mu          sync.Mutex
+	acquiring   bool
+	stopAcquire context.CancelFunc // ends a pending acquisition
+	acquireDone chan struct{}      // closed when the acquisition goroutine returns
+	term        *lease.Lease
+	observed    bool // client-go saw this term (Get reported it): its release is client-go's
+	ended       bool // a term ended or the election stopped: never lead again
+	granted     metav1.Time
 }
 
 // New returns a Lock whose claims are made with cfg's identity (the one
@@ -177,6 +180,7 @@ func (l *Lock) Get(ctx context.Context) (*rl.LeaderElectionRecord, []byte, error
 	defer l.mu.Unlock()
 	if t := l.term; t != nil {
 		if s := t.State(); s == lease.Held || s == lease.Suspect {
+			l.observed = true
 			return l.encode(rl.LeaderElectionRecord{HolderIdentity: l.cfg.Identity, LeaseDurationSeconds: int(t.TTL / time.Second),
 				AcquireTime: l.granted, RenewTime: metav1.Now(), LeaderTransitions: int(t.Epoch)},
 				record{Holder: l.cfg.Identity, Epoch: t.Epoch, State: "leading"})
@@ -185,8 +189,9 @@ func (l *Lock) Get(ctx context.Context) (*rl.LeaderElectionRecord, []byte, error
 		return l.foreign("ended")
 	}
 	if !l.ended && !l.acquiring {
-		l.acquiring = true
-		go l.acquire(ctx)
+		actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		l.acquiring, l.stopAcquire, l.acquireDone = true, cancel, make(chan struct{})
+		go l.acquire(ctx, actx, l.acquireDone)
 	}
 	return l.foreign("waiting")
 }
@@ -202,11 +207,12 @@ func (l *Lock) encode(r rl.LeaderElectionRecord, raw record) (*rl.LeaderElection
 	return &r, b, err
 }
 
-// acquire queues a claim until it is granted or the election that asked
-// stops (client-go cancels ctx when its Run ends): then the claim is
-// deleted, leaving the queue cleanly.
-func (l *Lock) acquire(ctx context.Context) {
-	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+// acquire queues a claim until it is granted, or until the election that
+// asked stops (client-go cancels ctx when its Run ends) or the Lock is
+// stopped (actx): then the claim is deleted, leaving the queue cleanly.
+func (l *Lock) acquire(ctx, actx context.Context, done chan struct{}) {
+	defer close(done)
+	cancel := l.stopAcquireFunc()
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
 		// client-go cancels its acquire context once it leads; only an
@@ -218,13 +224,28 @@ func (l *Lock) acquire(ctx context.Context) {
 	defer stop()
 	backoff := 100 * time.Millisecond
 	for actx.Err() == nil {
-		t, err := l.holders.Acquire(actx, l.cfg.Name, l.cfg.Identity, lease.Options{TTL: l.cfg.TTL, OnTransition: l.cfg.OnTransition})
+		t, err := l.holders.Acquire(actx, l.cfg.Name, l.cfg.Identity, lease.Options{TTL: l.cfg.TTL, OnTransition: func(tr lease.Transition) {
+			if t := l.Term(); tr.To == lease.Lost && t != nil {
+				// The gate refuses from here on; deleting the claim now lets
+				// the authority grant the next candidate without waiting for
+				// its own expiry of this term (client-go releases nothing:
+				// it no longer believes it leads).
+				go func(t *lease.Lease) {
+					rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					_ = t.Release(rctx)
+				}(t)
+			}
+			if l.cfg.OnTransition != nil {
+				l.cfg.OnTransition(tr)
+			}
+		}})
 		if err == nil {
 			l.mu.Lock()
-			if ctx.Err() != nil {
-				// The election stopped as the grant came: client-go cannot
-				// have led yet (it leads only after Get reports this term),
-				// so nobody will use the term. Give it up now.
+			if ctx.Err() != nil || actx.Err() != nil || l.ended {
+				// The election or the Lock stopped as the grant came:
+				// client-go cannot have led yet (it leads only after Get
+				// reports this term), so nobody will use the term.
 				l.acquiring, l.ended = false, true
 				l.mu.Unlock()
 				rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -252,6 +273,12 @@ func (l *Lock) acquire(ctx context.Context) {
 	l.mu.Lock()
 	l.acquiring, l.ended = false, true
 	l.mu.Unlock()
+}
+
+func (l *Lock) stopAcquireFunc() context.CancelFunc {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stopAcquire
 }
 
 func (l *Lock) isLeading() bool {
@@ -283,17 +310,60 @@ func (l *Lock) Update(ctx context.Context, ler rl.LeaderElectionRecord) error {
 	return nil
 }
 
-// Release ends the term now (deleting the claim by UID) and this Lock's
-// election: it never leads again.
+// Release ends this Lock's election: a pending claim leaves the queue, and
+// a term ends now (its claim deleted by UID). It never leads again.
 func (l *Lock) Release(ctx context.Context) error {
-	l.mu.Lock()
-	t := l.term
-	l.ended = true
-	l.mu.Unlock()
+	t, _ := l.stop(ctx)
 	if t == nil {
 		return nil
 	}
 	return t.Release(ctx)
+}
+
+// stop ends the election and any pending acquisition, waiting (until ctx
+// ends) for its claim to leave the queue. It returns the term, if any, and
+// whether client-go saw it; a term client-go never saw is withdrawn at once
+// (Get will not report it), for the caller to release.
+func (l *Lock) stop(ctx context.Context) (*lease.Lease, bool) {
+	l.mu.Lock()
+	l.ended = true
+	cancel, done := l.stopAcquire, l.acquireDone
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, observed := l.term, l.observed
+	if t != nil && !observed {
+		l.term = nil
+	}
+	return t, observed
+}
+
+// NeedLeaderElection: the Lock runs as a manager runnable on every
+// replica, leader or not (add it with mgr.Add).
+func (l *Lock) NeedLeaderElection() bool { return false }
+
+// Start makes the Lock a manager runnable that leaves the queue cleanly on
+// shutdown: controller-runtime stops it before it ends the election, so a
+// waiting replica's claim is deleted before the process exits (without it,
+// a dead replica's claim is granted and then expires, leaving the lock
+// without a leader for a TTL). A term granted as the shutdown began, which
+// client-go never saw, is released too; a term client-go saw is released by
+// client-go itself (ReleaseOnCancel) once the controllers have stopped.
+func (l *Lock) Start(ctx context.Context) error {
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if t, observed := l.stop(sctx); t != nil && !observed {
+		return t.Release(sctx)
+	}
+	return nil
 }
 
 var _ rl.Interface = (*Lock)(nil)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,8 @@ func TestElection(t *testing.T) {
 	logf.SetLogger(zap.New(zap.WriteTo(testWriter{t}), zap.UseDevMode(true)))
 	ctx := context.Background()
 	var err error
-	env, err = envtestutil.StartAdmissionEnv(ctx, []string{"configmaps"})
+	env, err = envtestutil.StartAdmissionEnv(ctx, []string{"configmaps", "reports.reports.example.com"},
+		filepath.Join(envtestutil.RepoRoot(), "test", "crds"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +56,9 @@ func TestElection(t *testing.T) {
 	t.Run("a leader whose apiserver hangs stops acting before the next is granted", testHungLeader)
 	t.Run("the gate stamps every write path and leaves unfenced objects alone", testGateWritePaths)
 	t.Run("the transport gate for client-go clients", testTransportGate)
+	t.Run("a waiting replica leaves the queue when its manager stops", testWaitingReplicaLeavesQueue)
+	t.Run("Release before the grant ends the election", testReleaseBeforeGrant)
+	t.Run("status writes of a fenced object by name are refused after the term", testStatusByName)
 }
 
 type testWriter struct{ t *testing.T }
@@ -160,6 +165,10 @@ func startCandidate(t *testing.T, ns, lockName, name string, ttl time.Duration, 
 		Logger:                 logf.Log.WithName(name),
 	}))
 	if err != nil {
+		t.Fatal(err)
+	}
+	// As docs/leader-election.md adopts it: the Lock leaves the queue on shutdown.
+	if err := mgr.Add(lock); err != nil {
 		t.Fatal(err)
 	}
 	c := &candidate{name: name, lock: lock, mgr: mgr, faults: f, done: make(chan error, 1), leads: make(chan int64, 1)}

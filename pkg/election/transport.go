@@ -2,6 +2,7 @@ package election
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
 )
 
 // WrapConfig returns a copy of cfg whose requests pass the write gate, for
@@ -55,9 +57,15 @@ func (g *gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ct, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type"))
 	switch types.PatchType(ct) {
-	case "application/json", types.MergePatchType, types.StrategicMergePatchType, types.ApplyYAMLPatchType, types.ApplyCBORPatchType:
+	case "application/json", types.MergePatchType, types.StrategicMergePatchType, types.ApplyYAMLPatchType:
+	case types.JSONPatchType:
+		return g.next.RoundTrip(req) // shows no labels: the admission check decides
 	default:
-		return g.next.RoundTrip(req) // JSON patches, protobuf: the admission check decides
+		// CBOR or protobuf (a client that overrode WrapConfig's JSON): the
+		// gate cannot read it, and status writes have no check at the
+		// object, so it is not sent.
+		return nil, fmt.Errorf("write gate: %s %s: cannot read a %q body in the lock's namespace %s; use JSON (WrapConfig's ContentType)",
+			req.Method, req.URL.Path, ct, ns)
 	}
 	body, err := io.ReadAll(req.Body)
 	_ = req.Body.Close()
@@ -65,8 +73,10 @@ func (g *gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	var obj map[string]any
-	if json.Unmarshal(body, &obj) != nil {
-		return g.forward(req, body) // not a JSON object: nothing to read
+	if lease.DecodeJSON(body, &obj) != nil {
+		// Not a JSON object (an apply patch in YAML): unreadable, as above.
+		return nil, fmt.Errorf("write gate: %s %s: cannot read the body as a JSON object in the lock's namespace %s; send JSON",
+			req.Method, req.URL.Path, ns)
 	}
 	meta, _ := obj["metadata"].(map[string]any)
 	labels, _ := meta["labels"].(map[string]any)
@@ -78,19 +88,40 @@ func (g *gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		name, _ := meta["name"].(string)
 		return nil, fmt.Errorf("write gate: %s %s/%s refused before sending: %w", req.Method, ns, name, err)
 	}
-	if sub != "" {
-		return g.forward(req, body) // status and other subresources: checked, not stamped
+	// Not sent late: see sendBy.
+	ctx, cancel := sendBy(req.Context(), t)
+	req = req.WithContext(ctx)
+	if sub == "" { // status and other subresources: checked, not stamped
+		ann, _ := meta["annotations"].(map[string]any)
+		if ann == nil {
+			ann = map[string]any{}
+			meta["annotations"] = ann
+		}
+		ann[fkv1.AnnotationEpoch] = fkv1.FormatEpoch(t.Epoch)
+		if body, err = json.Marshal(obj); err != nil {
+			cancel()
+			return nil, err
+		}
 	}
-	ann, _ := meta["annotations"].(map[string]any)
-	if ann == nil {
-		ann = map[string]any{}
-		meta["annotations"] = ann
-	}
-	ann[fkv1.AnnotationEpoch] = fkv1.FormatEpoch(t.Epoch)
-	if body, err = json.Marshal(obj); err != nil {
+	resp, err := g.forward(req, body)
+	if err != nil {
+		cancel()
 		return nil, err
 	}
-	return g.forward(req, body)
+	resp.Body = cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends a request's context once its reply has been read.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }
 
 func (g *gateTransport) forward(req *http.Request, body []byte) (*http.Response, error) {

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -418,7 +419,7 @@ func (p presenting) Data(obj client.Object) ([]byte, error) {
 	switch p.Type() {
 	case types.MergePatchType, types.StrategicMergePatchType:
 		var m map[string]any
-		if err := json.Unmarshal(data, &m); err != nil {
+		if err := DecodeJSON(data, &m); err != nil {
 			return nil, fmt.Errorf("adding the epoch to the patch: %w", err)
 		}
 		if m == nil {
@@ -438,7 +439,7 @@ func (p presenting) Data(obj client.Object) ([]byte, error) {
 		return json.Marshal(m)
 	case types.JSONPatchType:
 		var ops []map[string]any
-		if err := json.Unmarshal(data, &ops); err != nil {
+		if err := DecodeJSON(data, &ops); err != nil {
 			return nil, fmt.Errorf("adding the epoch to the patch: %w", err)
 		}
 		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations/" + strings.ReplaceAll(fkv1.AnnotationEpoch, "/", "~1"), "value": token})
@@ -446,4 +447,19 @@ func (p presenting) Data(obj client.Object) ([]byte, error) {
 	}
 	// Apply patches send the whole (stamped) object.
 	return data, nil
+}
+
+// DecodeJSON decodes JSON keeping numbers as written (json.Number): a
+// round trip through float64 would change integers above 2^53 in the
+// objects whose writes are re-encoded to carry the epoch.
+func DecodeJSON(data []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if d.More() {
+		return fmt.Errorf("trailing data after the JSON value")
+	}
+	return nil
 }

@@ -43,3 +43,18 @@ func TestPatchAlwaysPresentsTheEpoch(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(data)).To(ContainSubstring(`"path":"/metadata/annotations/fencekeeper.io~1epoch"`))
 }
+
+// Adding the epoch re-encodes the patch: numbers must come out as written,
+// not through float64 (custom resources carry int64 fields above 2^53).
+func TestPatchKeepsLargeNumbers(t *testing.T) {
+	g := NewWithT(t)
+	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "n", Namespace: "reports"}}
+	for _, p := range []client.Patch{
+		client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"n":1733030400123456789,"f":1e23}}`)),
+		client.RawPatch("application/json-patch+json", []byte(`[{"op":"replace","path":"/spec/n","value":1733030400123456789}]`)),
+	} {
+		data, err := presenting{Patch: p, epoch: 7}.Data(obj)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(data)).To(ContainSubstring("1733030400123456789"), string(p.Type()))
+	}
+}

@@ -79,7 +79,9 @@ func startCluster(ctx context.Context, syncPeriod time.Duration) (*cluster, erro
 	c.manager = exec.Command(filepath.Join(envtestutil.RepoRoot(), "bin", "manager"),
 		"--kubeconfig", kcPath, "--metrics-bind-address", c.metrics, "--health-probe-bind-address", c.probe,
 		"--pprof-bind-address", c.pprof, "--webhook-port", strconv.Itoa(wh.LocalServingPort),
-		"--webhook-cert-dir", wh.LocalServingCertDir, "--sync-period", syncPeriod.String(), "--zap-log-level", "error")
+		"--webhook-cert-dir", wh.LocalServingCertDir, "--sync-period", syncPeriod.String(), "--zap-log-level", "error",
+		// The 1,000-waiter handoff queues 1,000 waiters plus one per round.
+		"--max-waiters-per-lock", "5000")
 	logf, _ := os.Create(filepath.Join(c.dir, "manager.log"))
 	c.manager.Stdout, c.manager.Stderr = logf, logf
 	c.manager.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

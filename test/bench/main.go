@@ -113,6 +113,12 @@ func run(quick bool, p params) error {
 		done()
 	}
 
+	done = step("handoff on etcd's concurrency.Mutex (the peer), same etcd")
+	if r.EtcdMutexHandoffMS, err = measureEtcdMutexHandoff(ctx, cl.env.ControlPlane.Etcd.URL.String(), p.handoffRounds); err != nil {
+		return err
+	}
+	done()
+
 	done = step(fmt.Sprintf("no-op resync (%v sync period)", syncPeriod))
 	if r.NoopResyncWrites, err = measureNoopResync(cl, syncPeriod); err != nil {
 		return err

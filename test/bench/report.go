@@ -25,6 +25,7 @@ type report struct {
 	TakeoverOvershootMS         latency            `json:"takeover_overshoot_ms"`
 	ClientgoTakeoverOvershootMS latency            `json:"clientgo_takeover_overshoot_ms"`
 	GracefulHandoffMS           latency            `json:"graceful_handoff_ms"`
+	EtcdMutexHandoffMS          latency            `json:"etcd_mutex_handoff_ms"`
 	ClientgoGracefulHandoffMS   latency            `json:"clientgo_graceful_handoff_ms"`
 	WritesPerGrant              float64            `json:"writes_per_grant"`
 	WritesPerHandoff            float64            `json:"writes_per_handoff"`

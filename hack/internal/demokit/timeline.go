@@ -1,7 +1,7 @@
-// Package timeline is the demos' shared log: processes print one JSON event
+// Package demokit is what the demos share. The timeline: processes print one JSON event
 // per line, the orchestrator collects them into a timeline it prints as it
 // goes and waits on.
-package timeline
+package demokit
 
 import (
 	"bufio"
