@@ -536,3 +536,42 @@ func testStatusByName(t *testing.T) {
 		t.Fatalf("a status update by name after the term ended: want ErrNotLeading, got %v", err)
 	}
 }
+
+// A gated status write (no check at the object) that cannot get out (the
+// client holds it: rate limiter, a slow connection) ends at the term's safe
+// time, with the caller's context unbounded: it is never sent late.
+func testWriteDeadline(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	l := startCandidate(t, ns, "reporter", "replica", 3*time.Second, &journal{})
+	l.waitLeads(t, 30*time.Second)
+	g := l.mgr.GetClient()
+	report := &unstructured.Unstructured{}
+	report.SetAPIVersion("reports.example.com/v1")
+	report.SetKind("Report")
+	report.SetNamespace(ns)
+	report.SetName("report-2026-07")
+	report.SetLabels(map[string]string{fkv1.LabelLock: "reporter"})
+	if err := g.Create(ctx, report); err != nil {
+		t.Fatal(err)
+	}
+	l.faults.hangPath.Store("/reports/")
+	if err := unstructured.SetNestedField(report.Object, "Late", "status", "phase"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Status().Update(ctx, report) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the held-up status write: want the gate's deadline, got %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("a gated write held up in the client is still waiting a minute later (no safe-time deadline)")
+	}
+	// Renewals were not held up: the term is still live, so it was the
+	// write's own deadline that ended it.
+	if _, err := l.lock.Epoch(); err != nil {
+		t.Fatalf("the term: %v", err)
+	}
+}

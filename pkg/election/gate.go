@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,18 +20,29 @@ import (
 // Gate wraps c so that every create, update, patch, apply and delete of an
 // object the lock fences (label fencekeeper.io/lock=<Name>, in the lock's
 // namespace) presents the leader's current epoch, and is refused without
-// being sent (ErrNotLeading) unless the term is HELD. The server's fencing
-// denials come back matching lease.ErrStaleEpoch. Other objects, and all
-// reads, pass through untouched.
+// being sent (ErrNotLeading) unless the term is HELD. Every gated request
+// carries a deadline: the moment the term would turn SUSPECT. The server's
+// fencing denials come back matching lease.ErrStaleEpoch. Other objects,
+// and all reads, pass through untouched.
 //
 // The gate is the client-side half; the admission check at the object is
 // the backstop that holds even when a stale leader's write gets past it
 // (a pause between the gate's check and the request reaching the server).
-func (l *Lock) Gate(c client.Client) client.Client { return &gated{Client: c, lock: l} }
+// Status writes have no backstop (DESIGN §3 rule 7): the gate is their
+// only guard.
+func (l *Lock) Gate(c client.Client) client.Client { return l.gateWith(c, c) }
+
+// gateWith is Gate with the reader its lookups use (a live, uncached one
+// from ManagerOptions: a cached read of an unwatched kind would start an
+// informer).
+func (l *Lock) gateWith(c client.Client, live client.Reader) client.Client {
+	return &gated{Client: c, lock: l, live: live}
+}
 
 type gated struct {
 	client.Client
 	lock *Lock
+	live client.Reader
 }
 
 // fences reports whether obj belongs to this lock.
@@ -40,15 +53,29 @@ func (l *Lock) fences(obj interface {
 	return obj.GetNamespace() == l.cfg.Namespace && obj.GetLabels()[fkv1.LabelLock] == l.cfg.Name
 }
 
+// permit is the live term for one gated request, and ctx bounded by the
+// moment the term would turn SUSPECT: a write still waiting then (the
+// client's rate limiter, connection set-up, a pause) is not sent late.
+func (l *Lock) permit(ctx context.Context, obj interface {
+	GetNamespace() string
+	GetName() string
+}, verb string) (*lease.Lease, context.Context, context.CancelFunc, error) {
+	t, until, err := l.leading()
+	if err != nil {
+		return nil, nil, nil, refused(obj, verb, err)
+	}
+	ctx, cancel := context.WithDeadline(ctx, until)
+	return t, ctx, cancel, nil
+}
+
 func (g *gated) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
 	if !g.lock.fences(obj) {
 		return g.Client.Create(ctx, obj, opts...)
 	}
-	t, err := g.lock.leading()
+	t, ctx, cancel, err := g.lock.permit(ctx, obj, "create")
 	if err != nil {
-		return refused(obj, "create", err)
+		return err
 	}
-	ctx, cancel := sendBy(ctx, t)
 	defer cancel()
 	return t.Create(ctx, g.Client, obj, opts...)
 }
@@ -57,11 +84,10 @@ func (g *gated) Update(ctx context.Context, obj client.Object, opts ...client.Up
 	if !g.lock.fences(obj) {
 		return g.Client.Update(ctx, obj, opts...)
 	}
-	t, err := g.lock.leading()
+	t, ctx, cancel, err := g.lock.permit(ctx, obj, "update")
 	if err != nil {
-		return refused(obj, "update", err)
+		return err
 	}
-	ctx, cancel := sendBy(ctx, t)
 	defer cancel()
 	return t.Update(ctx, g.Client, obj, opts...)
 }
@@ -70,11 +96,10 @@ func (g *gated) Patch(ctx context.Context, obj client.Object, patch client.Patch
 	if !g.lock.fences(obj) {
 		return g.Client.Patch(ctx, obj, patch, opts...)
 	}
-	t, err := g.lock.leading()
+	t, ctx, cancel, err := g.lock.permit(ctx, obj, "patch")
 	if err != nil {
-		return refused(obj, "patch", err)
+		return err
 	}
-	ctx, cancel := sendBy(ctx, t)
 	defer cancel()
 	return t.Patch(ctx, g.Client, obj, patch, opts...)
 }
@@ -89,11 +114,10 @@ func (g *gated) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts 
 	if !g.lock.fences(u) {
 		return g.Client.Apply(ctx, obj, opts...)
 	}
-	t, err := g.lock.leading()
+	t, ctx, cancel, err := g.lock.permit(ctx, u, "apply")
 	if err != nil {
-		return refused(u, "apply", err)
+		return err
 	}
-	ctx, cancel := sendBy(ctx, t)
 	defer cancel()
 	t.Stamp(u)
 	return lease.Fenced(g.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...))
@@ -101,106 +125,123 @@ func (g *gated) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts 
 
 // Delete of a fenced object follows DESIGN §3 rule 6's path for the
 // current holder: a fenced write marks the object with the epoch (guarded by
-// the resourceVersion in hand, if any), then the delete is sent with UID and
-// resourceVersion preconditions (the caller's, if given), so nothing written
-// between the two is deleted unseen; a delete that fails takes the mark off
-// again. When obj carries no labels (a delete by name) in the lock's
-// namespace, the gate reads it first to learn whether it is fenced. A dry
-// run is passed through unmarked: it shows what the object says to a
-// delete, and writes nothing.
+// a resourceVersion: the caller's precondition or the copy in hand), then
+// the delete is sent with UID and resourceVersion preconditions, so nothing
+// written between the two is deleted unseen; a delete that fails takes the
+// mark off again. A copy without the lock label in the lock's namespace (a
+// delete by name) is looked up first. A dry run is sent unmarked: it shows
+// what the object says to a delete, and writes nothing.
 func (g *gated) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	obj = g.lock.withLabels(ctx, g.Client, obj)
 	do := (&client.DeleteOptions{}).ApplyOptions(opts)
-	if !g.lock.fences(obj) || len(do.DryRun) > 0 {
+	fenced, cur, lookupErr := g.lock.lookup(ctx, g.live, obj)
+	if apierrors.IsNotFound(lookupErr) || (!fenced && lookupErr == nil) || len(do.DryRun) > 0 {
 		return g.Client.Delete(ctx, obj, opts...)
 	}
-	t, err := g.lock.leading()
+	if lookupErr != nil {
+		return fmt.Errorf("write gate: delete %s/%s: cannot tell whether the lock fences it: %w", obj.GetNamespace(), obj.GetName(), lookupErr)
+	}
+	t, ctx, cancel, err := g.lock.permit(ctx, cur, "delete")
 	if err != nil {
-		return refused(obj, "delete", err)
-	}
-	ctx, cancel := sendBy(ctx, t)
-	defer cancel()
-	mark := map[string]any{"annotations": map[string]any{fkv1.AnnotationDeleteEpoch: fkv1.FormatEpoch(t.Epoch)}}
-	if do.Preconditions != nil && do.Preconditions.ResourceVersion != nil {
-		mark["resourceVersion"] = *do.Preconditions.ResourceVersion
-	} else if rv := obj.GetResourceVersion(); rv != "" {
-		mark["resourceVersion"] = rv
-	}
-	body, _ := json.Marshal(map[string]any{"metadata": mark})
-	if err := t.Patch(ctx, g.Client, obj, client.RawPatch(types.MergePatchType, body)); err != nil {
 		return err
 	}
-	if do.Preconditions == nil {
-		uid, rv := obj.GetUID(), obj.GetResourceVersion()
-		opts = append(opts, client.Preconditions{UID: &uid, ResourceVersion: &rv})
-	} else if do.Preconditions.ResourceVersion != nil {
-		// The mark moved the resourceVersion the caller named.
-		rv := obj.GetResourceVersion()
-		opts = append(opts, client.Preconditions{UID: do.Preconditions.UID, ResourceVersion: &rv})
+	defer cancel()
+	rv := cur.GetResourceVersion()
+	if do.Preconditions != nil && do.Preconditions.ResourceVersion != nil {
+		rv = *do.Preconditions.ResourceVersion
 	}
-	err = lease.Fenced(g.Client.Delete(ctx, obj, opts...))
+	uid := cur.GetUID()
+	if do.Preconditions != nil && do.Preconditions.UID != nil {
+		uid = *do.Preconditions.UID
+	}
+	meta := map[string]any{"annotations": map[string]any{fkv1.AnnotationDeleteEpoch: fkv1.FormatEpoch(t.Epoch)}}
+	if rv != "" {
+		meta["resourceVersion"] = rv
+	}
+	if uid != "" {
+		meta["uid"] = string(uid)
+	}
+	body, _ := json.Marshal(map[string]any{"metadata": meta})
+	if err := t.Patch(ctx, g.Client, cur, client.RawPatch(types.MergePatchType, body)); err != nil {
+		return err
+	}
+	uid, marked := cur.GetUID(), cur.GetResourceVersion()
+	opts = append(opts, client.Preconditions{UID: &uid, ResourceVersion: &marked})
+	err = lease.Fenced(g.Client.Delete(ctx, cur, opts...))
 	if err != nil && !apierrors.IsNotFound(err) {
-		// Leave no mark behind: a later unmarked path must not find it.
+		// Leave no mark behind (with its own time: ctx may be what ran out).
+		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer ucancel()
 		unmark := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, fkv1.AnnotationDeleteEpoch))
-		_ = t.Patch(ctx, g.Client, obj, client.RawPatch(types.MergePatchType, unmark))
+		_ = t.Patch(uctx, g.Client, cur, client.RawPatch(types.MergePatchType, unmark))
 	}
 	return err
 }
 
 // DeleteAllOf passes through: the admission check refuses each fenced
-// object it would delete (none is marked), so a collection delete can never
-// remove fenced objects; delete them one by one through the gate.
+// object it would delete unless marked, so delete fenced objects one by one
+// through the gate.
 
 // Status writes are not checked at the object (DESIGN §3 rule 7), so the
 // gate is their only guard: a fenced object's status is written only while
-// the term is HELD.
+// the term is HELD, and before the term would turn SUSPECT.
 func (g *gated) Status() client.SubResourceWriter {
-	return &gatedSub{SubResourceWriter: g.Client.Status(), lock: g.lock, reader: g.Client}
+	return &gatedSub{SubResourceWriter: g.Client.Status(), lock: g.lock, live: g.live, sub: "status"}
 }
 
-// SubResource writes (scale, status, ...) of fenced objects are refused
-// unless HELD; the scale subresource is also fenced at the object.
+// SubResource writes of fenced objects are refused unless HELD; the scale
+// subresource is also fenced at the object (its body needs the epoch).
 func (g *gated) SubResource(sub string) client.SubResourceClient {
-	return &gatedSubClient{SubResourceClient: g.Client.SubResource(sub), lock: g.lock, reader: g.Client}
+	return &gatedSubClient{SubResourceClient: g.Client.SubResource(sub), lock: g.lock, live: g.live, sub: sub}
 }
 
 type gatedSub struct {
 	client.SubResourceWriter
-	lock   *Lock
-	reader client.Reader
+	lock *Lock
+	live client.Reader
+	sub  string
 }
 
-// check refuses a subresource write of a fenced object unless HELD. The
-// object's labels are read when the copy in hand has none: status writes
-// have no check at the object, so the gate must not miss one.
-func (s *gatedSub) check(ctx context.Context, obj client.Object, verb string) error {
-	if !s.lock.fences(s.lock.withLabels(ctx, s.reader, obj)) {
-		return nil
+// check returns ctx bounded by the term's safe time when obj is fenced, or
+// an error. For status writes a copy without the lock label is looked up,
+// and a lookup that fails counts as fenced: status has no other guard.
+func (s *gatedSub) check(ctx context.Context, obj client.Object, verb string) (context.Context, context.CancelFunc, error) {
+	fenced := s.lock.fences(obj)
+	if !fenced && s.sub == "status" {
+		var err error
+		fenced, _, err = s.lock.lookup(ctx, s.live, obj)
+		fenced = fenced || (err != nil && !apierrors.IsNotFound(err))
 	}
-	if _, err := s.lock.leading(); err != nil {
-		return refused(obj, verb, err)
+	if !fenced {
+		return ctx, func() {}, nil
 	}
-	return nil
+	_, ctx, cancel, err := s.lock.permit(ctx, obj, verb+" "+s.sub+" of")
+	return ctx, cancel, err
 }
 
 func (s *gatedSub) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
-	if err := s.check(ctx, obj, "create subresource of"); err != nil {
+	ctx, cancel, err := s.check(ctx, obj, "create")
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return s.SubResourceWriter.Create(ctx, obj, sub, opts...)
 }
 
 func (s *gatedSub) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	if err := s.check(ctx, obj, "update subresource of"); err != nil {
+	ctx, cancel, err := s.check(ctx, obj, "update")
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return s.SubResourceWriter.Update(ctx, obj, opts...)
 }
 
 func (s *gatedSub) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	if err := s.check(ctx, obj, "patch subresource of"); err != nil {
+	ctx, cancel, err := s.check(ctx, obj, "patch")
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }
 
@@ -209,20 +250,23 @@ func (s *gatedSub) Apply(ctx context.Context, obj runtime.ApplyConfiguration, op
 	if err != nil {
 		return err
 	}
-	if err := s.check(ctx, u, "apply subresource of"); err != nil {
+	ctx, cancel, err := s.check(ctx, u, "apply")
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return s.SubResourceWriter.Apply(ctx, obj, opts...)
 }
 
 type gatedSubClient struct {
 	client.SubResourceClient
-	lock   *Lock
-	reader client.Reader
+	lock *Lock
+	live client.Reader
+	sub  string
 }
 
 func (s *gatedSubClient) writer() *gatedSub {
-	return &gatedSub{SubResourceWriter: s.SubResourceClient, lock: s.lock, reader: s.reader}
+	return &gatedSub{SubResourceWriter: s.SubResourceClient, lock: s.lock, live: s.live, sub: s.sub}
 }
 
 func (s *gatedSubClient) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
@@ -241,6 +285,25 @@ func (s *gatedSubClient) Apply(ctx context.Context, obj runtime.ApplyConfigurati
 	return s.writer().Apply(ctx, obj, opts...)
 }
 
+// lookup tells whether obj is fenced by this lock. A copy that shows the
+// label answers itself; in the lock's namespace, one that does not is read
+// from r (bounded to a few seconds), and the stored object is returned.
+func (l *Lock) lookup(ctx context.Context, r client.Reader, obj client.Object) (bool, client.Object, error) {
+	if l.fences(obj) || obj.GetNamespace() != l.cfg.Namespace {
+		return l.fences(obj), obj, nil
+	}
+	cur, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return false, obj, fmt.Errorf("cannot copy %T", obj)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.Get(rctx, client.ObjectKeyFromObject(obj), cur); err != nil {
+		return false, obj, err
+	}
+	return l.fences(cur), cur, nil
+}
+
 func refused(obj interface {
 	GetNamespace() string
 	GetName() string
@@ -248,35 +311,36 @@ func refused(obj interface {
 	return fmt.Errorf("write gate: %s %s/%s refused before sending: %w", verb, obj.GetNamespace(), obj.GetName(), err)
 }
 
-// withLabels is obj, or when obj is in the lock's namespace but carries no
-// labels (a write by name), the stored object as the reader shows it.
-func (l *Lock) withLabels(ctx context.Context, r client.Reader, obj client.Object) client.Object {
-	if obj.GetNamespace() != l.cfg.Namespace || len(obj.GetLabels()) > 0 {
-		return obj
-	}
-	cur, ok := obj.DeepCopyObject().(client.Object)
-	if !ok || r.Get(ctx, client.ObjectKeyFromObject(obj), cur) != nil {
-		return obj
-	}
-	return cur
-}
-
-// sendBy bounds a gated write by the term's safe time: a write still
-// waiting (client rate limiter, connection set-up, a pause) when the term
-// turns SUSPECT is not sent late.
-func sendBy(ctx context.Context, t *lease.Lease) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, t.Remaining()-t.TTL/3)
-}
-
-// unstructuredOf reads an apply configuration as an object.
+// unstructuredOf reads an apply configuration as an object, numbers as
+// int64 where they are integers (exactly, even above 2^53), else float64.
 func unstructuredOf(obj runtime.ApplyConfiguration) (*unstructured.Unstructured, error) {
 	b, err := json.Marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("write gate: reading the apply configuration: %w", err)
 	}
-	u := &unstructured.Unstructured{}
-	if err := lease.DecodeJSON(b, &u.Object); err != nil {
+	var m map[string]any
+	if err := lease.DecodeJSON(b, &m); err != nil {
 		return nil, fmt.Errorf("write gate: reading the apply configuration: %w", err)
 	}
-	return u, nil
+	return &unstructured.Unstructured{Object: numbers(m).(map[string]any)}, nil
+}
+
+func numbers(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = numbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = numbers(e)
+		}
+	case json.Number:
+		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	}
+	return v
 }

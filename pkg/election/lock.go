@@ -39,7 +39,9 @@ type Config struct {
 	TTL time.Duration
 	// Logger gets state transitions and retries.
 	Logger logr.Logger
-	// OnTransition is called on every state change of every term.
+	// OnTransition is called on every state change of every term
+	// (synchronously: keep it short, and do not call the Lock's Release
+	// from it).
 	OnTransition func(lease.Transition)
 }
 
@@ -60,8 +62,9 @@ type Lock struct {
 	stopAcquire context.CancelFunc // ends a pending acquisition
 	acquireDone chan struct{}      // closed when the acquisition goroutine returns
 	term        *lease.Lease
-	observed    bool // client-go saw this term (Get reported it): its release is client-go's
-	ended       bool // a term ended or the election stopped: never lead again
+	observed    bool          // client-go saw this term (Get reported it): its release is client-go's
+	ended       bool          // a term ended or the election stopped: never lead again
+	unseen      chan struct{} // closed when a term ends before client-go saw it
 	granted     metav1.Time
 }
 
@@ -98,7 +101,7 @@ func NewFromClient(c client.WithWatch, cfg Config) (*Lock, error) {
 	if cfg.Logger.GetSink() == nil {
 		cfg.Logger = logr.Discard()
 	}
-	return &Lock{cfg: cfg, holders: lease.NewClientFrom(c, cfg.Namespace).WithLogger(cfg.Logger)}, nil
+	return &Lock{cfg: cfg, holders: lease.NewClientFrom(c, cfg.Namespace).WithLogger(cfg.Logger), unseen: make(chan struct{})}, nil
 }
 
 // Identity is the candidate's holder identity.
@@ -125,36 +128,39 @@ func (l *Lock) Term() *lease.Lease {
 
 // Epoch is the leader's fencing token while its term is HELD.
 func (l *Lock) Epoch() (int64, error) {
-	t, err := l.leading()
+	t, _, err := l.leading()
 	if err != nil {
 		return 0, err
 	}
 	return t.Epoch, nil
 }
 
-// leading is the live term, or why there is none. SUSPECT refuses: the
+// leading is the live term and the moment it would turn SUSPECT (writes
+// are not sent after it), or why there is none. SUSPECT refuses: the
 // renewal is in doubt and another holder may be granted before it resolves.
-func (l *Lock) leading() (*lease.Lease, error) {
+func (l *Lock) leading() (*lease.Lease, time.Time, error) {
+	var never time.Time
 	t := l.Term()
 	if t == nil {
-		return nil, fmt.Errorf("%w of lock %s/%s: no term granted to %s", ErrNotLeading, l.cfg.Namespace, l.cfg.Name, l.cfg.Identity)
+		return nil, never, fmt.Errorf("%w of lock %s/%s: no term granted to %s", ErrNotLeading, l.cfg.Namespace, l.cfg.Name, l.cfg.Identity)
 	}
 	switch s := t.State(); s {
 	case lease.Held:
 		// The state goroutines may not have run yet (a process that was
 		// just resumed from a pause): judge the safe time by the clock too.
+		now := time.Now()
 		rem := t.Remaining()
 		if rem <= 0 {
-			return nil, fmt.Errorf("%w of lock %s/%s: the term of epoch %d ran out of safe time %v ago: %w", ErrNotLeading, l.cfg.Namespace, l.cfg.Name, t.Epoch, -rem.Round(time.Millisecond), lease.ErrLost)
+			return nil, never, fmt.Errorf("%w of lock %s/%s: the term of epoch %d ran out of safe time %v ago: %w", ErrNotLeading, l.cfg.Namespace, l.cfg.Name, t.Epoch, -rem.Round(time.Millisecond), lease.ErrLost)
 		}
 		if rem <= t.TTL/3 {
-			return nil, fmt.Errorf("%w of lock %s/%s: the term of epoch %d has %v of safe time left (SUSPECT)", ErrNotLeading, l.cfg.Namespace, l.cfg.Name, t.Epoch, rem.Round(time.Millisecond))
+			return nil, never, fmt.Errorf("%w of lock %s/%s: the term of epoch %d has %v of safe time left (SUSPECT)", ErrNotLeading, l.cfg.Namespace, l.cfg.Name, t.Epoch, rem.Round(time.Millisecond))
 		}
-		return t, nil
+		return t, now.Add(rem - t.TTL/3), nil
 	case lease.Lost:
-		return nil, fmt.Errorf("%w of lock %s/%s: the term of epoch %d is LOST: %w", ErrNotLeading, l.cfg.Namespace, l.cfg.Name, t.Epoch, lease.ErrLost)
+		return nil, never, fmt.Errorf("%w of lock %s/%s: the term of epoch %d is LOST: %w", ErrNotLeading, l.cfg.Namespace, l.cfg.Name, t.Epoch, lease.ErrLost)
 	default:
-		return nil, fmt.Errorf("%w of lock %s/%s: the term of epoch %d is %s", ErrNotLeading, l.cfg.Namespace, l.cfg.Name, t.Epoch, s)
+		return nil, never, fmt.Errorf("%w of lock %s/%s: the term of epoch %d is %s", ErrNotLeading, l.cfg.Namespace, l.cfg.Name, t.Epoch, s)
 	}
 }
 
@@ -186,6 +192,9 @@ func (l *Lock) Get(ctx context.Context) (*rl.LeaderElectionRecord, []byte, error
 				record{Holder: l.cfg.Identity, Epoch: t.Epoch, State: "leading"})
 		}
 		l.ended = true
+		if !l.observed {
+			l.endUnseen()
+		}
 		return l.foreign("ended")
 	}
 	if !l.ended && !l.acquiring {
@@ -194,6 +203,17 @@ func (l *Lock) Get(ctx context.Context) (*rl.LeaderElectionRecord, []byte, error
 		go l.acquire(ctx, actx, l.acquireDone)
 	}
 	return l.foreign("waiting")
+}
+
+// endUnseen reports (once) a term that ended before client-go saw it: the
+// elector keeps polling a lock that will never be granted again, so Start
+// stops the manager instead (call with l.mu held).
+func (l *Lock) endUnseen() {
+	select {
+	case <-l.unseen:
+	default:
+		close(l.unseen)
+	}
 }
 
 func (l *Lock) foreign(state string) (*rl.LeaderElectionRecord, []byte, error) {
@@ -255,6 +275,14 @@ func (l *Lock) acquire(ctx, actx context.Context, done chan struct{}) {
 			}
 			l.term, l.granted, l.acquiring = t, metav1.Now(), false
 			l.mu.Unlock()
+			if t.State() == lease.Lost {
+				// Lost before it was recorded here: the hook did not see it.
+				go func() {
+					rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					_ = t.Release(rctx)
+				}()
+			}
 			l.cfg.Logger.Info("granted a term", "lock", l.Describe(), "identity", l.cfg.Identity, "epoch", t.Epoch)
 			return
 		}
@@ -356,8 +384,16 @@ func (l *Lock) NeedLeaderElection() bool { return false }
 // without a leader for a TTL). A term granted as the shutdown began, which
 // client-go never saw, is released too; a term client-go saw is released by
 // client-go itself (ReleaseOnCancel) once the controllers have stopped.
+// The manager's GracefulShutdownTimeout (default 30s) must leave it time
+// for one API request. A term that ends before client-go ever saw it (a
+// pause right after the grant) stops the manager with an error: the
+// elector would otherwise poll a Lock that never leads again.
 func (l *Lock) Start(ctx context.Context) error {
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-l.unseen:
+		return fmt.Errorf("lock %s/%s: this replica's term ended before it led; restart it to queue again", l.cfg.Namespace, l.cfg.Name)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if t, observed := l.stop(sctx); t != nil && !observed {

@@ -40,7 +40,13 @@ func (l *Lock) ManagerOptions(opts manager.Options) manager.Options {
 		if err != nil {
 			return nil, err
 		}
-		return l.Gate(c), nil
+		// The gate's lookups read live: through the cache, a read of a kind
+		// the manager does not watch would start an informer for it.
+		live, err := client.New(cfg, client.Options{HTTPClient: o.HTTPClient, Scheme: o.Scheme, Mapper: o.Mapper})
+		if err != nil {
+			return nil, err
+		}
+		return l.gateWith(c, live), nil
 	}
 	return opts
 }

@@ -59,6 +59,7 @@ func TestElection(t *testing.T) {
 	t.Run("a waiting replica leaves the queue when its manager stops", testWaitingReplicaLeavesQueue)
 	t.Run("Release before the grant ends the election", testReleaseBeforeGrant)
 	t.Run("status writes of a fenced object by name are refused after the term", testStatusByName)
+	t.Run("a gated write held up in the client is not sent after the safe time", testWriteDeadline)
 }
 
 type testWriter struct{ t *testing.T }
@@ -75,12 +76,14 @@ func (w testWriter) Write(p []byte) (int, error) {
 type faultTransport struct {
 	next   http.RoundTripper
 	hang   atomic.Bool
+	// hangPath, when set, hangs only the requests whose path contains it.
+	hangPath atomic.Value
 	mu     sync.Mutex
 	writes []string
 }
 
 func (f *faultTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if f.hang.Load() {
+	if p, _ := f.hangPath.Load().(string); f.hang.Load() || (p != "" && strings.Contains(req.URL.Path, p)) {
 		<-req.Context().Done()
 		return nil, req.Context().Err()
 	}

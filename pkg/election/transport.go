@@ -55,15 +55,22 @@ func (g *gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if ns != g.lock.cfg.Namespace {
 		return g.next.RoundTrip(req)
 	}
+	// Status writes are not checked at the object: in the lock's namespace,
+	// one whose body does not show the lock's label needs the term too.
+	status := sub == "status"
 	ct, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type"))
 	switch types.PatchType(ct) {
 	case "application/json", types.MergePatchType, types.StrategicMergePatchType, types.ApplyYAMLPatchType:
 	case types.JSONPatchType:
-		return g.next.RoundTrip(req) // shows no labels: the admission check decides
+		if !status {
+			return g.next.RoundTrip(req) // shows no labels: the admission check decides
+		}
+		return g.send(req, nil, nil, "", false)
 	default:
 		// CBOR or protobuf (a client that overrode WrapConfig's JSON): the
 		// gate cannot read it, and status writes have no check at the
 		// object, so it is not sent.
+		_ = req.Body.Close()
 		return nil, fmt.Errorf("write gate: %s %s: cannot read a %q body in the lock's namespace %s; use JSON (WrapConfig's ContentType)",
 			req.Method, req.URL.Path, ct, ns)
 	}
@@ -80,18 +87,30 @@ func (g *gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	meta, _ := obj["metadata"].(map[string]any)
 	labels, _ := meta["labels"].(map[string]any)
-	if lock, _ := labels[fkv1.LabelLock].(string); lock != g.lock.cfg.Name {
-		return g.forward(req, body)
+	name, _ := meta["name"].(string)
+	if lock, shown := labels[fkv1.LabelLock].(string); lock != g.lock.cfg.Name {
+		if !status || shown {
+			return g.forward(req, body)
+		}
+		return g.send(req, body, nil, name, false)
 	}
-	t, err := g.lock.leading()
+	return g.send(req, body, obj, name, sub == "")
+}
+
+// send forwards a request that needs the term: refused unless HELD, bounded
+// by the moment the term would turn SUSPECT, and (stamp) with the epoch
+// added to obj, the body's object.
+func (g *gateTransport) send(req *http.Request, body []byte, obj map[string]any, name string, stamp bool) (*http.Response, error) {
+	t, until, err := g.lock.leading()
 	if err != nil {
-		name, _ := meta["name"].(string)
+		if req.Body != nil && body == nil {
+			_ = req.Body.Close()
+		}
+		ns, _ := requestScope(req.URL.Path)
 		return nil, fmt.Errorf("write gate: %s %s/%s refused before sending: %w", req.Method, ns, name, err)
 	}
-	// Not sent late: see sendBy.
-	ctx, cancel := sendBy(req.Context(), t)
-	req = req.WithContext(ctx)
-	if sub == "" { // status and other subresources: checked, not stamped
+	if stamp {
+		meta := obj["metadata"].(map[string]any)
 		ann, _ := meta["annotations"].(map[string]any)
 		if ann == nil {
 			ann = map[string]any{}
@@ -99,11 +118,17 @@ func (g *gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		ann[fkv1.AnnotationEpoch] = fkv1.FormatEpoch(t.Epoch)
 		if body, err = json.Marshal(obj); err != nil {
-			cancel()
 			return nil, err
 		}
 	}
-	resp, err := g.forward(req, body)
+	ctx, cancel := context.WithDeadline(req.Context(), until)
+	req = req.WithContext(ctx)
+	var resp *http.Response
+	if body == nil {
+		resp, err = g.next.RoundTrip(req)
+	} else {
+		resp, err = g.forward(req, body)
+	}
 	if err != nil {
 		cancel()
 		return nil, err

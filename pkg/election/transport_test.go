@@ -42,6 +42,10 @@ func TestTransportGateWithoutATerm(t *testing.T) {
 		{"JSON patch (the object decides)", http.MethodPatch, "/api/v1/namespaces/ops/configmaps/table", "application/json-patch+json", `[{"op":"add","path":"/data/x","value":"1"}]`, true, nil},
 		{"protobuf in the lock's namespace", http.MethodPost, "/api/v1/namespaces/ops/configmaps", "application/vnd.kubernetes.protobuf", "k8s\x00", false, nil},
 		{"YAML apply in the lock's namespace", http.MethodPatch, "/api/v1/namespaces/ops/configmaps/table", "application/apply-patch+yaml", "metadata:\n  name: table\n", false, nil},
+		{"status merge patch not showing the label (no check at the object)", http.MethodPatch, "/apis/example.com/v1/namespaces/ops/reports/table/status", "application/merge-patch+json", `{"status":{"phase":"x"}}`, false, ErrNotLeading},
+		{"status JSON patch (no check at the object)", http.MethodPatch, "/apis/example.com/v1/namespaces/ops/reports/table/status", "application/json-patch+json", `[{"op":"add","path":"/status/phase","value":"x"}]`, false, ErrNotLeading},
+		{"status of another lock's object", http.MethodPut, "/apis/example.com/v1/namespaces/ops/reports/other/status", "application/json", strings.ReplaceAll(fenced, `"allocator"`, `"other"`), true, nil},
+		{"status in another namespace", http.MethodPatch, "/apis/example.com/v1/namespaces/dev/reports/table/status", "application/merge-patch+json", `{"status":{"phase":"x"}}`, true, nil},
 		{"delete", http.MethodDelete, "/api/v1/namespaces/ops/configmaps/table", "", "", true, nil},
 	}
 	for _, tc := range cases {
