@@ -22,7 +22,8 @@ func okReport() report {
 		FloorMS: l(2, 10), GrantMS: l(6, 40),
 		HandoffMS:           map[string]latency{"waiters_1": l(5, 30), "waiters_10": l(5, 30), "waiters_1000": l(5, 30)},
 		TakeoverOvershootMS: l(50, 100), ClientgoTakeoverOvershootMS: l(-800, -600),
-		GracefulHandoffMS: l(10, 20), ClientgoGracefulHandoffMS: l(200, 400), EtcdMutexHandoffMS: l(1, 3),
+		ElectionTakeoverOvershootMS: l(50, 100),
+		GracefulHandoffMS:           l(10, 20), ClientgoGracefulHandoffMS: l(200, 400), EtcdMutexHandoffMS: l(1, 3),
 		WritesPerGrant: 2, WritesPerHandoff: 2, NoopResyncWrites: 0,
 		GrantsPerS: 2, FloorUpdatesPerS: 10,
 		GuardedUpdateMS: l(5, 13), UnguardedUpdateMS: l(4, 10), WebhookHandlerMeanMS: 0.1,
@@ -96,7 +97,7 @@ func TestReportJSONKeys(t *testing.T) {
 		top = append(top, k)
 	}
 	sort.Strings(top)
-	wantTop := []string{"clientgo_graceful_handoff_ms", "clientgo_takeover_overshoot_ms", "current_staleness_window_ms", "etcd_mutex_handoff_ms", "floor_ms", "floor_updates_per_s", "graceful_handoff_ms", "grant_ms", "grants_per_s",
+	wantTop := []string{"clientgo_graceful_handoff_ms", "clientgo_takeover_overshoot_ms", "current_staleness_window_ms", "election_takeover_overshoot_ms", "etcd_mutex_handoff_ms", "floor_ms", "floor_updates_per_s", "graceful_handoff_ms", "grant_ms", "grants_per_s",
 		"guarded_update_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "rss_mib_10k", "scale_all_grants_correct",
 		"scale_claims", "scale_locks", "stale_refused_after_release_ms", "takeover_overshoot_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
 		"writes_per_grant", "writes_per_handoff"}
@@ -162,6 +163,7 @@ func TestVerdictFlipsAtTheLimit(t *testing.T) {
 		{"handoff_ms waiters_1", func(r *report) { r.HandoffMS["waiters_1"] = latency{P50: 5, P99: 30.01} }},
 		{"handoff_ms waiters_1000", func(r *report) { r.HandoffMS["waiters_1000"] = latency{P50: 5, P99: 30.01} }},
 		{"takeover_overshoot_ms", func(r *report) { r.TakeoverOvershootMS.P99 = 100.01 }},
+		{"election_takeover_overshoot_ms (fenced election)", func(r *report) { r.ElectionTakeoverOvershootMS.P99 = 100.01 }},
 		{"graceful_handoff_ms (fenced election)", func(r *report) { r.GracefulHandoffMS.P50 = 10.01 }},
 		{"clientgo_graceful_handoff_ms (ReleaseOnCancel)", func(r *report) { r.ClientgoGracefulHandoffMS.P99 = 399.9 }},
 		{"writes_per_grant", func(r *report) { r.WritesPerGrant = 2.01 }},

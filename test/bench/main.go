@@ -132,6 +132,9 @@ func run(quick bool, p params) error {
 	if r.ClientgoTakeoverOvershootMS, err = measureClientGoTakeover(ctx, cl.admin, p.takeoverRuns, p.ttl); err != nil {
 		return err
 	}
+	if r.ElectionTakeoverOvershootMS, err = measureElectionTakeover(ctx, cl.admin, p.takeoverRuns, p.ttl); err != nil {
+		return err
+	}
 	done()
 
 	done = step(fmt.Sprintf("graceful handoff (fenced election and client-go ReleaseOnCancel, TTL %v)", gracefulTTL))

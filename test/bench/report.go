@@ -24,6 +24,7 @@ type report struct {
 	HandoffMS                   map[string]latency `json:"handoff_ms"`
 	TakeoverOvershootMS         latency            `json:"takeover_overshoot_ms"`
 	ClientgoTakeoverOvershootMS latency            `json:"clientgo_takeover_overshoot_ms"`
+	ElectionTakeoverOvershootMS latency            `json:"election_takeover_overshoot_ms"`
 	GracefulHandoffMS           latency            `json:"graceful_handoff_ms"`
 	EtcdMutexHandoffMS          latency            `json:"etcd_mutex_handoff_ms"`
 	ClientgoGracefulHandoffMS   latency            `json:"clientgo_graceful_handoff_ms"`
