@@ -491,12 +491,7 @@ func testStatusByName(t *testing.T) {
 	l := startCandidate(t, ns, "reporter", "replica", 15*time.Second, &journal{})
 	l.waitLeads(t, 30*time.Second)
 	g := l.mgr.GetClient()
-	report := &unstructured.Unstructured{}
-	report.SetAPIVersion("reports.example.com/v1")
-	report.SetKind("Report")
-	report.SetNamespace(ns)
-	report.SetName("report-2026-07")
-	report.SetLabels(map[string]string{fkv1.LabelLock: "reporter"})
+	report := fencedReport(ns, "reporter")
 	if err := unstructured.SetNestedField(report.Object, "v1 by the leader", "spec", "body"); err != nil {
 		t.Fatal(err)
 	}
@@ -546,12 +541,7 @@ func testWriteDeadline(t *testing.T) {
 	l := startCandidate(t, ns, "reporter", "replica", 3*time.Second, &journal{})
 	l.waitLeads(t, 30*time.Second)
 	g := l.mgr.GetClient()
-	report := &unstructured.Unstructured{}
-	report.SetAPIVersion("reports.example.com/v1")
-	report.SetKind("Report")
-	report.SetNamespace(ns)
-	report.SetName("report-2026-07")
-	report.SetLabels(map[string]string{fkv1.LabelLock: "reporter"})
+	report := fencedReport(ns, "reporter")
 	if err := g.Create(ctx, report); err != nil {
 		t.Fatal(err)
 	}
@@ -574,4 +564,15 @@ func testWriteDeadline(t *testing.T) {
 	if _, err := l.lock.Epoch(); err != nil {
 		t.Fatalf("the term: %v", err)
 	}
+}
+
+// fencedReport is a test Report (test/crds) fenced by lock, with a status.
+func fencedReport(ns, lock string) *unstructured.Unstructured {
+	report := &unstructured.Unstructured{}
+	report.SetAPIVersion("reports.example.com/v1")
+	report.SetKind("Report")
+	report.SetNamespace(ns)
+	report.SetName("report-2026-07")
+	report.SetLabels(map[string]string{fkv1.LabelLock: lock})
+	return report
 }

@@ -14,11 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/fencekeeper/fencekeeper/pkg/election"
@@ -26,13 +23,10 @@ import (
 
 const gracefulTTL = 15 * time.Second
 
-type electorTimings struct{ renewDeadline, retryPeriod time.Duration }
-
 // measureGracefulHandoff runs `runs` handoffs at once, each on its own lock.
-func measureGracefulHandoff(ctx context.Context, newLock func(ns, name, id string) (resourcelock.Interface, error),
-	cs kubernetes.Interface, prefix string, t electorTimings, runs int) (latency, error) {
-	ns := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%1000000)
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+func measureGracefulHandoff(ctx context.Context, newLock candidateLock, cs kubernetes.Interface, prefix string, t electorTimings, runs int) (latency, error) {
+	ns, err := benchNamespace(ctx, cs, prefix)
+	if err != nil {
 		return latency{}, err
 	}
 	var mu sync.Mutex
@@ -41,43 +35,30 @@ func measureGracefulHandoff(ctx context.Context, newLock func(ns, name, id strin
 	for r := 0; r < runs; r++ {
 		g.Go(func() error {
 			name := "election-" + strconv.Itoa(r)
-			candidate := func(id string, led chan<- time.Time) (context.CancelFunc, <-chan struct{}, error) {
-				lock, err := newLock(ns, name, id)
-				if err != nil {
-					return nil, nil, err
-				}
-				le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-					Lock: lock, LeaseDuration: gracefulTTL, RenewDeadline: t.renewDeadline, RetryPeriod: t.retryPeriod,
-					ReleaseOnCancel: true,
-					Callbacks: leaderelection.LeaderCallbacks{
-						OnStartedLeading: func(context.Context) { led <- time.Now() },
-						OnStoppedLeading: func() {},
-					},
-				})
-				if err != nil {
-					return nil, nil, err
-				}
-				cctx, cancel := context.WithCancel(gctx)
-				done := make(chan struct{})
-				go func() { le.Run(cctx); close(done) }()
-				return cancel, done, nil
+			la, _, err := newLock(ns, name, "a")
+			if err != nil {
+				return err
 			}
 			aLed, bLed := make(chan time.Time, 1), make(chan time.Time, 1)
-			stopA, _, err := candidate("a", aLed)
+			stopA, err := elect(gctx, la, gracefulTTL, t, true, aLed)
 			if err != nil {
 				return err
 			}
 			if _, err := wait(aLed, 30*time.Second); err != nil {
 				return err
 			}
-			stopB, bDone, err := candidate("b", bLed)
+			lb, _, err := newLock(ns, name, "b")
 			if err != nil {
 				return err
 			}
-			defer func() { stopB(); <-bDone }()
+			stopB, err := elect(gctx, lb, gracefulTTL, t, true, bLed)
+			if err != nil {
+				return err
+			}
+			defer stopB()
 			time.Sleep(time.Second) // b is queued (fenced) or polling (client-go)
 			released := time.Now()
-			stopA() // a clean shutdown: the elector releases
+			go stopA() // a clean shutdown: the elector releases
 			led, err := wait(bLed, 2*gracefulTTL)
 			if err != nil {
 				return fmt.Errorf("%s: the successor did not lead: %w", prefix, err)
@@ -100,17 +81,19 @@ func gracefulHandoffs(ctx context.Context, cfg *rest.Config, runs int) (fenced, 
 	if err != nil {
 		return latency{}, latency{}, err
 	}
-	fencedLock := func(ns, name, id string) (resourcelock.Interface, error) {
-		return election.New(cfg, election.Config{Namespace: ns, Name: name, Identity: id, TTL: gracefulTTL})
+	fencedLock := func(ns, name, id string) (resourcelock.Interface, func(), error) {
+		l, err := election.New(cfg, election.Config{Namespace: ns, Name: name, Identity: id, TTL: gracefulTTL})
+		return l, nil, err
 	}
 	fenced, err = measureGracefulHandoff(ctx, fencedLock, cs, "graceful-fenced",
 		electorTimings{renewDeadline: time.Second, retryPeriod: election.RetryPeriod}, runs)
 	if err != nil {
 		return latency{}, latency{}, err
 	}
-	leaseLock := func(ns, name, id string) (resourcelock.Interface, error) {
-		return resourcelock.New(resourcelock.LeasesResourceLock, ns, name, cs.CoreV1(), cs.CoordinationV1(),
+	leaseLock := func(ns, name, id string) (resourcelock.Interface, func(), error) {
+		l, err := resourcelock.New(resourcelock.LeasesResourceLock, ns, name, cs.CoreV1(), cs.CoordinationV1(),
 			resourcelock.ResourceLockConfig{Identity: id})
+		return l, nil, err
 	}
 	clientgo, err = measureGracefulHandoff(ctx, leaseLock, cs, "graceful-clientgo",
 		electorTimings{renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second}, runs)

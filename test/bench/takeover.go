@@ -22,6 +22,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
@@ -95,88 +96,102 @@ func measureTakeover(ctx context.Context, c client.WithWatch, runs int, ttl time
 }
 
 // clientgoTakeover: the same with two client-go leader-election candidates on
-// a plain Lease with the same TTL.
+// a plain Lease with the same TTL; the leader's elector is cancelled (no
+// release).
 func measureClientGoTakeover(ctx context.Context, cfg *rest.Config, runs int, ttl time.Duration) (latency, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return latency{}, err
 	}
-	ns := fmt.Sprintf("clientgo-%d", time.Now().UnixNano()%1000000)
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return latency{}, err
+	lock := func(ns, name, id string) (resourcelock.Interface, func(), error) {
+		l, err := resourcelock.New(resourcelock.LeasesResourceLock, ns, name, cs.CoreV1(), cs.CoordinationV1(),
+			resourcelock.ResourceLockConfig{Identity: id})
+		return l, nil, err
 	}
-	// The leader's renewals, as written: the last renewTime per Lease while
-	// candidate "a" holds it.
-	w, err := cs.CoordinationV1().Leases(ns).Watch(ctx, metav1.ListOptions{})
+	return measureElectorTakeover(ctx, cs, "clientgo", lock, electorTimings{renewDeadline: ttl * 2 / 3, retryPeriod: ttl / 10}, runs, ttl)
+}
+
+// measureElectionTakeover: the same crash takeover for pkg/election's Lock
+// under client-go's LeaderElector (timings as its ManagerOptions sets
+// them). The leader's connection to the apiserver hangs (renewals stop, no
+// release: a crash as the others see it).
+func measureElectionTakeover(ctx context.Context, cfg *rest.Config, runs int, ttl time.Duration) (latency, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return latency{}, err
 	}
-	defer w.Stop()
+	lock := func(ns, name, id string) (resourcelock.Interface, func(), error) {
+		var hang atomic.Bool
+		c := rest.CopyConfig(cfg)
+		c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return hangingTransport{next: rt, hang: &hang} }
+		l, err := election.New(c, election.Config{Namespace: ns, Name: name, Identity: id, TTL: ttl})
+		return l, func() { hang.Store(true) }, err
+	}
+	return measureElectorTakeover(ctx, cs, "election-takeover", lock, electorTimings{renewDeadline: min(ttl/2, time.Second), retryPeriod: election.RetryPeriod}, runs, ttl)
+}
+
+// candidateLock makes candidate id's lock on ns/name, and how to crash it
+// (nil: cancel its elector without a release).
+type candidateLock func(ns, name, id string) (resourcelock.Interface, func(), error)
+
+// measureElectorTakeover runs `runs` takeovers at once, each on its own
+// lock: candidate "a" leads, "b" waits, "a" crashes; the figure is b's
+// OnStartedLeading minus a's last renewal as written (read back from the
+// Lease), minus the TTL.
+func measureElectorTakeover(ctx context.Context, cs kubernetes.Interface, prefix string, newLock candidateLock, t electorTimings, runs int, ttl time.Duration) (latency, error) {
+	ns, err := benchNamespace(ctx, cs, prefix)
+	if err != nil {
+		return latency{}, err
+	}
+	renewals, err := watchRenewals(ctx, cs, ns, "a")
+	if err != nil {
+		return latency{}, err
+	}
+	defer renewals.stop()
 	var mu sync.Mutex
-	lastRenewal := map[string]time.Time{}
-	go func() {
-		for ev := range w.ResultChan() {
-			if l, ok := ev.Object.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == "a" && l.Spec.RenewTime != nil {
-				mu.Lock()
-				lastRenewal[l.Name] = l.Spec.RenewTime.Time
-				mu.Unlock()
-			}
-		}
-	}()
 	var d []time.Duration
 	g, gctx := errgroup.WithContext(ctx)
 	for r := 0; r < runs; r++ {
 		g.Go(func() error {
 			name := "election-" + strconv.Itoa(r)
-			candidate := func(id string, led chan<- time.Time) (context.CancelFunc, error) {
-				lock, err := resourcelock.New(resourcelock.LeasesResourceLock, ns, name, cs.CoreV1(), cs.CoordinationV1(),
-					resourcelock.ResourceLockConfig{Identity: id})
-				if err != nil {
-					return nil, err
-				}
-				cctx, cancel := context.WithCancel(gctx)
-				le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-					Lock: lock, LeaseDuration: ttl, RenewDeadline: ttl * 2 / 3, RetryPeriod: ttl / 10,
-					Callbacks: leaderelection.LeaderCallbacks{
-						OnStartedLeading: func(context.Context) { led <- time.Now() },
-						OnStoppedLeading: func() {},
-					},
-				})
-				if err != nil {
-					cancel()
-					return nil, err
-				}
-				go le.Run(cctx)
-				return cancel, nil
-			}
-			aLed, bLed := make(chan time.Time, 1), make(chan time.Time, 1)
-			stopA, err := candidate("a", aLed)
+			la, crash, err := newLock(ns, name, "a")
 			if err != nil {
 				return err
 			}
+			aLed, bLed := make(chan time.Time, 1), make(chan time.Time, 1)
+			stopA, err := elect(gctx, la, ttl, t, false, aLed)
+			if err != nil {
+				return err
+			}
+			defer stopA()
 			if _, err := wait(aLed, 30*time.Second); err != nil {
 				return err
 			}
-			stopB, err := candidate("b", bLed)
+			lb, _, err := newLock(ns, name, "b")
+			if err != nil {
+				return err
+			}
+			stopB, err := elect(gctx, lb, ttl, t, false, bLed)
 			if err != nil {
 				return err
 			}
 			defer stopB()
 			time.Sleep(ttl / 2)
-			stopA() // A pauses: no more renewals, no release
-			t, err := wait(bLed, ttl+30*time.Second)
+			if crash == nil {
+				crash = stopA
+			}
+			crash() // a stops renewing, and releases nothing
+			led, err := wait(bLed, ttl+30*time.Second)
 			if err != nil {
-				return err
+				return fmt.Errorf("%s takeover %s: %w", prefix, name, err)
+			}
+			last, seen := renewals.lastOf(name)
+			if !seen {
+				return fmt.Errorf("%s takeover %s: no renewal by the leader was seen", prefix, name)
 			}
 			mu.Lock()
-			last, seen := lastRenewal[name]
-			if seen {
-				d = append(d, t.Sub(last)-ttl)
-			}
+			d = append(d, led.Sub(last)-ttl)
 			mu.Unlock()
-			if !seen {
-				return fmt.Errorf("client-go takeover %s: no renewal by the leader was seen", name)
-			}
 			return nil
 		})
 	}
@@ -186,101 +201,69 @@ func measureClientGoTakeover(ctx context.Context, cfg *rest.Config, runs int, tt
 	return summarize(d), nil
 }
 
-// measureElectionTakeover: the same crash takeover for pkg/election's Lock
-// under client-go's LeaderElector (timings as its ManagerOptions sets
-// them). The leader's connection to the apiserver hangs (renewals stop, no
-// release: a crash as the others see it); the figure is the successor's
-// OnStartedLeading minus the leader's last renewal read back from the
-// Lease, minus the TTL.
-func measureElectionTakeover(ctx context.Context, cfg *rest.Config, runs int, ttl time.Duration) (latency, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
+type electorTimings struct{ renewDeadline, retryPeriod time.Duration }
+
+// elect runs client-go's LeaderElector on lock until stop (which waits for
+// it); led gets the moment it starts leading.
+func elect(ctx context.Context, lock resourcelock.Interface, ttl time.Duration, t electorTimings, release bool, led chan<- time.Time) (func(), error) {
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, LeaseDuration: ttl, RenewDeadline: t.renewDeadline, RetryPeriod: t.retryPeriod,
+		ReleaseOnCancel: release,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) { led <- time.Now() },
+			OnStoppedLeading: func() {},
+		},
+	})
 	if err != nil {
-		return latency{}, err
+		return nil, err
 	}
-	ns := fmt.Sprintf("election-takeover-%d", time.Now().UnixNano()%1000000)
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return latency{}, err
-	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { le.Run(cctx); close(done) }()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }, nil
+}
+
+func benchNamespace(ctx context.Context, cs kubernetes.Interface, prefix string) (string, error) {
+	ns := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%1000000)
+	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	return ns, err
+}
+
+// renewalWatch keeps, per Lease, the renewTime of the last version that
+// names holder: the holder's last renewal as written.
+type renewalWatch struct {
+	w    watch.Interface
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func watchRenewals(ctx context.Context, cs kubernetes.Interface, ns, holder string) (*renewalWatch, error) {
 	w, err := cs.CoordinationV1().Leases(ns).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
-		return latency{}, err
+		return nil, err
 	}
-	defer w.Stop()
-	var mu sync.Mutex
-	lastRenewal := map[string]time.Time{}
+	r := &renewalWatch{w: w, last: map[string]time.Time{}}
 	go func() {
 		for ev := range w.ResultChan() {
-			if l, ok := ev.Object.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == "a" && l.Spec.RenewTime != nil {
-				mu.Lock()
-				lastRenewal[l.Name] = l.Spec.RenewTime.Time
-				mu.Unlock()
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == holder && l.Spec.RenewTime != nil {
+				r.mu.Lock()
+				r.last[l.Name] = l.Spec.RenewTime.Time
+				r.mu.Unlock()
 			}
 		}
 	}()
-	var d []time.Duration
-	g, gctx := errgroup.WithContext(ctx)
-	for r := 0; r < runs; r++ {
-		g.Go(func() error {
-			name := "election-" + strconv.Itoa(r)
-			candidate := func(id string, hang *atomic.Bool, led chan<- time.Time) (context.CancelFunc, error) {
-				c := rest.CopyConfig(cfg)
-				c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return hangingTransport{next: rt, hang: hang} }
-				lock, err := election.New(c, election.Config{Namespace: ns, Name: name, Identity: id, TTL: ttl})
-				if err != nil {
-					return nil, err
-				}
-				le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-					Lock: lock, LeaseDuration: ttl, RenewDeadline: min(ttl/2, time.Second), RetryPeriod: election.RetryPeriod,
-					Callbacks: leaderelection.LeaderCallbacks{
-						OnStartedLeading: func(context.Context) { led <- time.Now() },
-						OnStoppedLeading: func() {},
-					},
-				})
-				if err != nil {
-					return nil, err
-				}
-				cctx, cancel := context.WithCancel(gctx)
-				go le.Run(cctx)
-				return cancel, nil
-			}
-			var hangA, never atomic.Bool
-			aLed, bLed := make(chan time.Time, 1), make(chan time.Time, 1)
-			stopA, err := candidate("a", &hangA, aLed)
-			if err != nil {
-				return err
-			}
-			defer stopA()
-			if _, err := wait(aLed, 30*time.Second); err != nil {
-				return err
-			}
-			stopB, err := candidate("b", &never, bLed)
-			if err != nil {
-				return err
-			}
-			defer stopB()
-			time.Sleep(ttl / 2)
-			hangA.Store(true) // A's apiserver connection hangs: no renewals, no release
-			t, err := wait(bLed, ttl+30*time.Second)
-			if err != nil {
-				return fmt.Errorf("fenced election takeover %s: %w", name, err)
-			}
-			mu.Lock()
-			last, seen := lastRenewal[name]
-			if seen {
-				d = append(d, t.Sub(last)-ttl)
-			}
-			mu.Unlock()
-			if !seen {
-				return fmt.Errorf("fenced election takeover %s: no renewal by the leader was seen", name)
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return latency{}, err
-	}
-	return summarize(d), nil
+	return r, nil
 }
+
+func (r *renewalWatch) lastOf(name string) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.last[name]
+	return t, ok
+}
+
+func (r *renewalWatch) stop() { r.w.Stop() }
 
 // hangingTransport never answers while hang is set.
 type hangingTransport struct {
