@@ -27,7 +27,7 @@ func okReport() report {
 		WritesPerGrant: 2, WritesPerHandoff: 2, NoopResyncWrites: 0,
 		GrantsPerS: 2, FloorUpdatesPerS: 10,
 		GuardedUpdateMS: l(5, 13), UnguardedUpdateMS: l(4, 10), WebhookHandlerMeanMS: 0.1,
-		RSSMiB10k: 150, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
+		RSSMiB10k: 150, RSSMiB50k: 600, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
 		Ratios: map[string]float64{},
 	}
 }
@@ -98,8 +98,8 @@ func TestReportJSONKeys(t *testing.T) {
 	}
 	sort.Strings(top)
 	wantTop := []string{"clientgo_graceful_handoff_ms", "clientgo_takeover_overshoot_ms", "current_staleness_window_ms", "election_takeover_overshoot_ms", "etcd_mutex_handoff_ms", "floor_ms", "floor_updates_per_s", "graceful_handoff_ms", "grant_ms", "grants_per_s",
-		"guarded_update_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "rss_mib_10k", "scale_all_grants_correct",
-		"scale_claims", "scale_locks", "stale_refused_after_release_ms", "takeover_overshoot_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
+		"guarded_update_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "rss_mib_10k", "rss_mib_50k", "scale_all_grants_correct",
+		"scale_claims", "scale_curve", "scale_locks", "stale_refused_after_release_ms", "takeover_overshoot_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
 		"writes_per_grant", "writes_per_handoff"}
 	if !slices.Equal(top, wantTop) {
 		t.Errorf("top-level keys\n got %v\nwant %v", top, wantTop)
@@ -172,6 +172,7 @@ func TestVerdictFlipsAtTheLimit(t *testing.T) {
 		{"grants_per_s", func(r *report) { r.GrantsPerS = 1.99 }},
 		{"guarded_update_ms", func(r *report) { r.GuardedUpdateMS.P99 = 13.01 }},
 		{"rss_mib_10k", func(r *report) { r.RSSMiB10k = 150.1 }},
+		{"rss_mib_50k", func(r *report) { r.RSSMiB50k = 600.1 }},
 		{"rss_mib_10k", func(r *report) { r.ScaleCorrect = false }},
 		{"grant_ms p50", func(r *report) { r.GrantMS.P50 = 0; r.FloorMS.P50 = 0 }}, // no ratio: not met
 	}
@@ -194,5 +195,21 @@ func TestVerdictFlipsAtTheLimit(t *testing.T) {
 				t.Errorf("crossing %s also failed %s", tc.figure, g.figure)
 			}
 		}
+	}
+}
+
+// A figure this run did not measure (the 50k scale point without
+// BENCH_SCALE_CURVE) is printed as such and never judged met.
+func TestUnmeasuredGoalIsNotJudged(t *testing.T) {
+	r := okReport()
+	r.RSSMiB50k = 0
+	g := goalByFigure(t, "rss_mib_50k")
+	if met, judged := g.met(r); judged || !met {
+		t.Fatalf("unmeasured rss_mib_50k: met=%v judged=%v, want a reported-only row", met, judged)
+	}
+	var b bytes.Buffer
+	printTable(&b, r)
+	if !strings.Contains(b.String(), "| rss_mib_50k | not measured") {
+		t.Fatalf("the table does not say rss_mib_50k was not measured:\n%s", b.String())
 	}
 }

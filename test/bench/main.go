@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
@@ -32,6 +34,9 @@ var (
 )
 
 func main() {
+	// client-go's leader election logs every acquisition; the report is
+	// the output.
+	klog.SetLogger(logr.Discard())
 	quick := os.Getenv("BENCH_QUICK") == "1"
 	p := fullParams
 	if quick {
@@ -181,6 +186,17 @@ func run(quick bool, p params) error {
 	_ = cl.profile("heap", 0, ".bench/heap.pprof")
 	done()
 	fmt.Fprintln(os.Stderr, "   ", detail)
+
+	if os.Getenv("BENCH_SCALE_CURVE") == "1" {
+		done = step("scale curve: 1k, 5k, 10k, 25k, 50k claims (two per lock)")
+		if r.ScaleCurve, err = scaleCurve(ctx, c, cl, []int{1000, 5000, 10000, 25000, 50000}); err != nil {
+			return err
+		}
+		if n := len(r.ScaleCurve); n > 0 && r.ScaleCurve[n-1].Claims >= 50000 && r.ScaleCurve[n-1].Correct {
+			r.RSSMiB50k = r.ScaleCurve[n-1].RSSMiB
+		}
+		done()
+	}
 
 	if err := writeReport(&r); err != nil {
 		return err

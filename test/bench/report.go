@@ -42,6 +42,8 @@ type report struct {
 	ScaleClaims                 int                `json:"scale_claims"`
 	ScaleLocks                  int                `json:"scale_locks"`
 	ScaleCorrect                bool               `json:"scale_all_grants_correct"`
+	RSSMiB50k                   float64            `json:"rss_mib_50k"`
+	ScaleCurve                  []scalePoint       `json:"scale_curve"`
 	Ratios                      map[string]float64 `json:"ratios"`
 }
 

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"time"
 
@@ -33,7 +34,9 @@ func scale(ctx context.Context, c client.WithWatch, cl *cluster, claims, locks, 
 	if err := g.Wait(); err != nil {
 		return 0, false, "", err
 	}
-	deadline := time.Now().Add(10 * time.Minute)
+	// Grants go at tens per second on a new lock (its ledger's first read):
+	// allow for that at the curve's largest steps.
+	deadline := time.Now().Add(max(10*time.Minute, time.Duration(locks)*50*time.Millisecond))
 	for {
 		var list fkv1.FencedLeaseList
 		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
@@ -67,8 +70,61 @@ func scale(ctx context.Context, c client.WithWatch, cl *cluster, claims, locks, 
 			return cl.rssMiB(), correct, fmt.Sprintf("%d held (one per lock, first epochs: %v), %d queued", held, correct, pending), nil
 		}
 		if time.Now().After(deadline) {
-			return 0, false, "", fmt.Errorf("after 10m: %d held, %d pending of %d", held, pending, claims)
+			return 0, false, "", fmt.Errorf("after %v: %d held, %d pending of %d", time.Since(deadline.Add(-max(10*time.Minute, time.Duration(locks)*50*time.Millisecond))).Round(time.Second), held, pending, claims)
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// scalePoint is one step of the scale curve.
+type scalePoint struct {
+	// Claims and Locks in the whole cluster at this point (earlier steps'
+	// and earlier measurements' included), counted.
+	Claims       int     `json:"claims"`
+	Locks        int     `json:"locks"`
+	RSSMiB       float64 `json:"rss_mib"`
+	GrantsPerS   float64 `json:"grants_per_s"`
+	HandoffP99MS float64 `json:"handoff_p99_ms"`
+	Correct      bool    `json:"all_grants_correct"`
+}
+
+// scaleCurve adds claims in steps (two per lock) until the cluster holds
+// each target, and after each step reports the manager's RSS, the step's
+// grants/s (its locks over the time from the first create to the last
+// grant) and a one-waiter handoff p99 at that size.
+func scaleCurve(ctx context.Context, c client.WithWatch, cl *cluster, targets []int) ([]scalePoint, error) {
+	var points []scalePoint
+	for _, target := range targets {
+		var all fkv1.FencedLeaseList
+		if err := c.List(ctx, &all); err != nil {
+			return points, err
+		}
+		add := target - len(all.Items)
+		if add < 2 {
+			continue
+		}
+		start := time.Now()
+		rss, correct, _, err := scale(ctx, c, cl, add, add/2, 32)
+		if err != nil {
+			return points, fmt.Errorf("scale curve at %d claims: %w", target, err)
+		}
+		elapsed := time.Since(start)
+		h, err := measureHandoff(ctx, c, 1, 10)
+		if err != nil {
+			return points, err
+		}
+		if err := c.List(ctx, &all); err != nil {
+			return points, err
+		}
+		locks := map[string]bool{}
+		for _, it := range all.Items {
+			locks[it.Namespace+"/"+it.Spec.LockName] = true
+		}
+		p := scalePoint{Claims: len(all.Items), Locks: len(locks), RSSMiB: round2(rss),
+			GrantsPerS: round2(float64(add/2) / elapsed.Seconds()), HandoffP99MS: h.P99, Correct: correct}
+		fmt.Fprintf(os.Stderr, "    %d claims / %d locks: RSS %.1f MiB, %.0f grants/s, handoff p99 %.1f ms, correct=%v\n",
+			p.Claims, p.Locks, p.RSSMiB, p.GrantsPerS, p.HandoffP99MS, p.Correct)
+		points = append(points, p)
+	}
+	return points, nil
 }
