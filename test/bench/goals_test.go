@@ -27,7 +27,7 @@ func okReport() report {
 		WritesPerGrant: 2, WritesPerHandoff: 2, NoopResyncWrites: 0,
 		GrantsPerS: 2, FloorUpdatesPerS: 10,
 		GuardedUpdateMS: l(5, 13), UnguardedUpdateMS: l(4, 10), WebhookHandlerMeanMS: 0.1,
-		RSSMiB10k: 150, RSSMiB50k: 600, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
+		RSSMiB10k: 150, RSSMiB50k: 600, ScaleCurve: []scalePoint{{Claims: 50000, Locks: 25000, RSSMiB: 600, Correct: true}}, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
 		Ratios: map[string]float64{},
 	}
 }
