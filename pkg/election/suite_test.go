@@ -74,12 +74,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 // faultTransport hangs every request while hang is set: an apiserver
 // connection that stops answering. It counts the requests it let through.
 type faultTransport struct {
-	next   http.RoundTripper
-	hang   atomic.Bool
+	next http.RoundTripper
+	hang atomic.Bool
 	// hangPath, when set, hangs only the requests whose path contains it.
 	hangPath atomic.Value
-	mu     sync.Mutex
-	writes []string
+	mu       sync.Mutex
+	writes   []string
 }
 
 func (f *faultTransport) RoundTrip(req *http.Request) (*http.Response, error) {
