@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -30,7 +31,9 @@ type ControlPlaneProcess struct {
 	pid  int
 	args []string
 	cmd  *exec.Cmd // our own re-started process, once restarted
-	out  io.Writer
+	// exited gets cmd.Wait's result (buffered: one value).
+	exited chan error
+	out    io.Writer
 }
 
 // FindControlPlaneProcess finds the child process of this test process whose
@@ -98,21 +101,65 @@ func (p *ControlPlaneProcess) RestartAfter(whileDown func() error) error {
 	if err := whileDown(); err != nil {
 		return err
 	}
-	cmd := exec.Command(p.args[0], p.args[1:]...)
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("restarting %s: %w", p.Name, err)
+	// Its port was free a moment ago, but while it was down another
+	// connection on this machine (the parallel test packages make many) may
+	// have been given the same number as its ephemeral local port: then the
+	// bind fails ("address already in use") until that connection closes.
+	// Start again until the process stays up.
+	var last string
+	for attempt := 0; attempt < 30; attempt++ {
+		var early bytes.Buffer
+		cmd := exec.Command(p.args[0], p.args[1:]...)
+		out := io.MultiWriter(&lockedBuffer{b: &early}, orDiscard(p.out))
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("restarting %s: %w", p.Name, err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case err := <-exited:
+			last = fmt.Sprintf("%v: %s", err, early.String())
+			if !strings.Contains(last, "address already in use") {
+				return fmt.Errorf("restarting %s: it exited at once: %s", p.Name, last)
+			}
+			time.Sleep(time.Second)
+			continue
+		case <-time.After(time.Second): // a bind failure shows within milliseconds
+		}
+		p.cmd, p.pid, p.exited = cmd, cmd.Process.Pid, exited
+		return nil
 	}
-	p.cmd, p.pid = cmd, cmd.Process.Pid
-	return nil
+	return fmt.Errorf("restarting %s: its port stayed in use for 30 attempts: %s", p.Name, last)
+}
+
+// lockedBuffer is a bytes.Buffer written from the process's output copier
+// and read here.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
 }
 
 func (p *ControlPlaneProcess) kill() {
 	_ = syscall.Kill(p.pid, syscall.SIGCONT)
 	_ = syscall.Kill(p.pid, syscall.SIGKILL)
 	if p.cmd != nil {
-		_ = p.cmd.Wait()
+		<-p.exited
+		p.exited <- nil // for a later Stop
 		return
 	}
 	// envtest's own child: envtest reaps it; wait until it is gone.
@@ -131,13 +178,11 @@ func (p *ControlPlaneProcess) Stop() {
 	if p.cmd != nil {
 		_ = syscall.Kill(p.pid, syscall.SIGCONT)
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.cmd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-p.exited:
 		case <-time.After(20 * time.Second):
 			_ = p.cmd.Process.Kill()
-			<-done
+			<-p.exited
 		}
 		p.cmd = nil
 	}
