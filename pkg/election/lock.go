@@ -83,6 +83,10 @@ func NewFromClient(c client.WithWatch, cfg Config) (*Lock, error) {
 	if cfg.Namespace == "" || cfg.Name == "" {
 		return nil, fmt.Errorf("election: Config.Namespace and Config.Name are required (the lock's namespace and name)")
 	}
+	// Checked here, once: the queueing goroutine would retry a bad name forever.
+	if err := lease.ValidateLockName(cfg.Name); err != nil {
+		return nil, fmt.Errorf("election: Config.Name: %w", err)
+	}
 	if cfg.TTL == 0 {
 		cfg.TTL = 15 * time.Second
 	}
@@ -97,6 +101,9 @@ func NewFromClient(c client.WithWatch, cfg Config) (*Lock, error) {
 		b := make([]byte, 4)
 		_, _ = rand.Read(b)
 		cfg.Identity = host + "_" + hex.EncodeToString(b)
+	}
+	if err := lease.ValidateHolder(cfg.Identity); err != nil {
+		return nil, fmt.Errorf("election: Config.Identity: %w", err)
 	}
 	if cfg.Logger.GetSink() == nil {
 		cfg.Logger = logr.Discard()

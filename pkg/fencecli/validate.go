@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
 )
 
 // Every check here runs in cobra's Args or PreRunE, before any API call: a
@@ -40,12 +41,7 @@ func oneLock(cmd *cobra.Command, args []string) error {
 	return validLock(args[0])
 }
 
-func validLock(lock string) error {
-	if errs := validation.IsDNS1123Subdomain(lock); len(errs) > 0 || len(lock) > 63 {
-		return fmt.Errorf("invalid lock name %q: a DNS-1123 subdomain of at most 63 characters (lowercase letters, digits, '-' and '.')", lock)
-	}
-	return nil
-}
+func validLock(lock string) error { return lease.ValidateLockName(lock) }
 
 func validHolder(holder string) error {
 	switch {

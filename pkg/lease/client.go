@@ -117,11 +117,11 @@ func ClaimName(lock, holder, requestID string) string {
 // ends first the claim is deleted, leaving the queue cleanly. The returned
 // Lease is renewed in the background until it is released or lost.
 func (c *Client) Acquire(ctx context.Context, lock, holder string, opts Options) (*Lease, error) {
-	if errs := validation.IsDNS1123Subdomain(lock); len(errs) > 0 || len(lock) > 63 {
-		return nil, fmt.Errorf("invalid lock name %q: a DNS-1123 subdomain of at most 63 characters", lock)
+	if err := ValidateLockName(lock); err != nil {
+		return nil, err
 	}
-	if holder == "" || len(holder) > 253 {
-		return nil, fmt.Errorf("invalid holder %q: 1..253 characters", holder)
+	if err := ValidateHolder(holder); err != nil {
+		return nil, err
 	}
 	if err := opts.defaults(); err != nil {
 		return nil, err
@@ -303,4 +303,21 @@ func retriable(err error) bool {
 	}
 	var st apierrors.APIStatus
 	return !errors.As(err, &st) // transport errors carry no API status
+}
+
+// ValidateLockName checks a lock name the way the FencedLease API does: a
+// DNS-1123 subdomain of at most 63 characters (it names the Lease).
+func ValidateLockName(lock string) error {
+	if errs := validation.IsDNS1123Subdomain(lock); len(errs) > 0 || len(lock) > 63 {
+		return fmt.Errorf("invalid lock name %q: a DNS-1123 subdomain of at most 63 characters (lowercase letters, digits, '-' and '.')", lock)
+	}
+	return nil
+}
+
+// ValidateHolder checks a holder identity: 1..253 characters.
+func ValidateHolder(holder string) error {
+	if holder == "" || len(holder) > 253 {
+		return fmt.Errorf("invalid holder %q: 1..253 characters", holder)
+	}
+	return nil
 }
