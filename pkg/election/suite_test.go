@@ -36,19 +36,9 @@ var (
 // the fencing webhook and the authority.
 func TestElection(t *testing.T) {
 	logf.SetLogger(zap.New(zap.WriteTo(testWriter{t}), zap.UseDevMode(true)))
-	ctx := context.Background()
-	var err error
-	env, err = envtestutil.StartAdmissionEnv(ctx, []string{"configmaps", "reports.reports.example.com"},
+	env = envtestutil.StartAdmissionEnvWithManager(t, []string{"configmaps", "reports.reports.example.com"},
 		filepath.Join(envtestutil.RepoRoot(), "test", "crds"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Env.Stop() })
-	mgr, err := env.StartManager()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mgr.Stop() })
+	var err error
 	if admin, err = client.NewWithWatch(env.Admin, client.Options{Scheme: lease.Scheme()}); err != nil {
 		t.Fatal(err)
 	}

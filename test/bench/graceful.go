@@ -34,32 +34,15 @@ func measureGracefulHandoff(ctx context.Context, newLock candidateLock, cs kuber
 	g, gctx := errgroup.WithContext(ctx)
 	for r := 0; r < runs; r++ {
 		g.Go(func() error {
-			name := "election-" + strconv.Itoa(r)
-			la, _, err := newLock(ns, name, "a")
+			p, err := startPair(gctx, newLock, ns, "election-"+strconv.Itoa(r), gracefulTTL, t, true)
 			if err != nil {
 				return err
 			}
-			aLed, bLed := make(chan time.Time, 1), make(chan time.Time, 1)
-			stopA, err := elect(gctx, la, gracefulTTL, t, true, aLed)
-			if err != nil {
-				return err
-			}
-			if _, err := wait(aLed, 30*time.Second); err != nil {
-				return err
-			}
-			lb, _, err := newLock(ns, name, "b")
-			if err != nil {
-				return err
-			}
-			stopB, err := elect(gctx, lb, gracefulTTL, t, true, bLed)
-			if err != nil {
-				return err
-			}
-			defer stopB()
+			defer p.stopB()
 			time.Sleep(time.Second) // b is queued (fenced) or polling (client-go)
 			released := time.Now()
-			go stopA() // a clean shutdown: the elector releases
-			led, err := wait(bLed, 2*gracefulTTL)
+			go p.stopA() // a clean shutdown: the elector releases
+			led, err := wait(p.bLed, 2*gracefulTTL)
 			if err != nil {
 				return fmt.Errorf("%s: the successor did not lead: %w", prefix, err)
 			}

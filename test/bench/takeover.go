@@ -154,34 +154,15 @@ func measureElectorTakeover(ctx context.Context, cs kubernetes.Interface, prefix
 	for r := 0; r < runs; r++ {
 		g.Go(func() error {
 			name := "election-" + strconv.Itoa(r)
-			la, crash, err := newLock(ns, name, "a")
+			p, err := startPair(gctx, newLock, ns, name, ttl, t, false)
 			if err != nil {
 				return err
 			}
-			aLed, bLed := make(chan time.Time, 1), make(chan time.Time, 1)
-			stopA, err := elect(gctx, la, ttl, t, false, aLed)
-			if err != nil {
-				return err
-			}
-			defer stopA()
-			if _, err := wait(aLed, 30*time.Second); err != nil {
-				return err
-			}
-			lb, _, err := newLock(ns, name, "b")
-			if err != nil {
-				return err
-			}
-			stopB, err := elect(gctx, lb, ttl, t, false, bLed)
-			if err != nil {
-				return err
-			}
-			defer stopB()
+			defer p.stopA()
+			defer p.stopB()
 			time.Sleep(ttl / 2)
-			if crash == nil {
-				crash = stopA
-			}
-			crash() // a stops renewing, and releases nothing
-			led, err := wait(bLed, ttl+30*time.Second)
+			p.crashA() // a stops renewing, and releases nothing
+			led, err := wait(p.bLed, ttl+30*time.Second)
 			if err != nil {
 				return fmt.Errorf("%s takeover %s: %w", prefix, name, err)
 			}
@@ -202,6 +183,43 @@ func measureElectorTakeover(ctx context.Context, cs kubernetes.Interface, prefix
 }
 
 type electorTimings struct{ renewDeadline, retryPeriod time.Duration }
+
+// pair is a leader ("a") and a successor ("b") waiting behind it on one lock.
+type pair struct {
+	stopA, stopB func() // stop an elector (and wait for it)
+	crashA       func() // a stops renewing without a release
+	bLed         chan time.Time
+}
+
+// startPair starts a on ns/name, waits until it leads, then starts b.
+func startPair(ctx context.Context, newLock candidateLock, ns, name string, ttl time.Duration, t electorTimings, release bool) (*pair, error) {
+	la, crash, err := newLock(ns, name, "a")
+	if err != nil {
+		return nil, err
+	}
+	aLed := make(chan time.Time, 1)
+	p := &pair{bLed: make(chan time.Time, 1)}
+	if p.stopA, err = elect(ctx, la, ttl, t, release, aLed); err != nil {
+		return nil, err
+	}
+	if _, err := wait(aLed, 30*time.Second); err != nil {
+		p.stopA()
+		return nil, err
+	}
+	lb, _, err := newLock(ns, name, "b")
+	if err == nil {
+		p.stopB, err = elect(ctx, lb, ttl, t, release, p.bLed)
+	}
+	if err != nil {
+		p.stopA()
+		return nil, err
+	}
+	p.crashA = crash
+	if crash == nil {
+		p.crashA = p.stopA
+	}
+	return p, nil
+}
 
 // elect runs client-go's LeaderElector on lock until stop (which waits for
 // it); led gets the moment it starts leading.

@@ -15,16 +15,7 @@ import (
 // a kubeconfig for user (cluster-admin, not the manager).
 func DemoKubeconfig(t testing.TB, user string) string {
 	t.Helper()
-	env, err := StartAdmissionEnv(context.Background(), []string{"configmaps"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Env.Stop() })
-	mgr, err := env.StartManager()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mgr.Stop() })
+	env := StartAdmissionEnvWithManager(t, []string{"configmaps"})
 	u, err := env.Env.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -38,4 +29,22 @@ func DemoKubeconfig(t testing.TB, user string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// StartAdmissionEnvWithManager starts StartAdmissionEnv's control plane and
+// an in-process manager serving the fencing webhook, both stopped when t
+// ends.
+func StartAdmissionEnvWithManager(t testing.TB, guarded []string, extraCRDDirs ...string) *AdmissionEnv {
+	t.Helper()
+	env, err := StartAdmissionEnv(context.Background(), guarded, extraCRDDirs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Env.Stop() })
+	mgr, err := env.StartManager()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mgr.Stop() })
+	return env
 }
