@@ -7,14 +7,18 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -22,13 +26,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/controllers/celbinding"
 	"github.com/fencekeeper/fencekeeper/controllers/claimcleanup"
 	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
 	"github.com/fencekeeper/fencekeeper/controllers/lock"
 	"github.com/fencekeeper/fencekeeper/controllers/podlease"
 	"github.com/fencekeeper/fencekeeper/webhook"
+	"github.com/fencekeeper/fencekeeper/webhook/celmode"
+)
+
+// Fencing modes (docs/design.md §3).
+const (
+	FencingModeWebhook = "webhook"
+	FencingModeCEL     = "cel"
 )
 
 // EventSource is the reporting controller name on fencekeeper's Events.
@@ -54,6 +67,13 @@ type Options struct {
 	// closes (the serving certificate exists).
 	Webhook      bool
 	WebhookReady <-chan struct{}
+	// FencingMode is FencingModeWebhook (default) or FencingModeCEL: the
+	// fencing rules as admission policies inside the apiserver, whose
+	// policies the manager applies for Guarded (outside ExcludedNamespaces)
+	// and whose per-lock bindings it keeps.
+	FencingMode        string
+	Guarded            []webhook.GuardedResource
+	ExcludedNamespaces []string
 	// ForTests lets several managers run in one process (no controller name
 	// validation) and lets reconciler panics fail the test.
 	ForTests bool
@@ -72,10 +92,16 @@ func Scheme() *runtime.Scheme {
 // cached stripped to what the pod-lease decisions need: a few hundred bytes
 // per pod.
 func CacheOptions() cache.Options {
+	managed := labels.SelectorFromSet(labels.Set{fkv1.LabelManagedBy: fkv1.ManagedByValue})
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&coordinationv1.Lease{}: {Label: labels.SelectorFromSet(labels.Set{fkv1.LabelManagedBy: fkv1.ManagedByValue})},
 		&corev1.Pod{}:           {Transform: pods.Strip},
 		&corev1.Node{}:          {Transform: pods.StripNode},
+		// CEL mode's policies and bindings: only the ones fencekeeper owns.
+		&admissionregistrationv1.ValidatingAdmissionPolicy{}:        {Label: managed},
+		&admissionregistrationv1.MutatingAdmissionPolicy{}:          {Label: managed},
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}: {Label: managed},
+		&admissionregistrationv1.MutatingAdmissionPolicyBinding{}:   {Label: managed},
 	}}
 }
 
@@ -99,6 +125,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		if err := claimcleanup.NewReconciler(mgr.GetClient(), o.ExpiredClaimRetention, nil).SetupWithManager(mgr, copts); err != nil {
 			return err
 		}
+	}
+	switch o.FencingMode {
+	case "", FencingModeWebhook:
+	case FencingModeCEL:
+		return setupCELMode(mgr, o, copts)
+	default:
+		return fmt.Errorf("unknown fencing mode %q: use %q or %q", o.FencingMode, FencingModeWebhook, FencingModeCEL)
 	}
 	if !o.Webhook {
 		return nil
@@ -125,4 +158,29 @@ type authorityViews struct{ r *lock.Reconciler }
 func (a authorityViews) FreshView(l types.NamespacedName) (int64, int64, bool) {
 	v, ok := a.r.FreshView(l)
 	return v.HeldEpoch, v.Floor, ok
+}
+
+// setupCELMode applies the CEL-mode admission policies once the manager
+// starts (every replica; the apply is idempotent) and runs the reconciler
+// that keeps the per-lock bindings.
+func setupCELMode(mgr ctrl.Manager, o Options, copts controller.Options) error {
+	policies, err := celmode.Render(celmode.Options{Guarded: o.Guarded, ExcludedNamespaces: o.ExcludedNamespaces})
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		log := ctrl.LoggerFrom(ctx).WithName("cel-mode")
+		return wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt32},
+			func(ctx context.Context) (bool, error) {
+				if err := celmode.Install(ctx, mgr.GetClient(), policies); err != nil {
+					log.Error(err, "applying the CEL-mode admission policies; retrying")
+					return false, nil
+				}
+				log.Info("CEL-mode admission policies applied")
+				return true, nil
+			})
+	})); err != nil {
+		return err
+	}
+	return celbinding.NewReconciler(mgr.GetClient()).SetupWithManager(mgr, copts)
 }

@@ -1,6 +1,9 @@
 package v1alpha1
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Condition types of a FencedLease.
 const (
@@ -194,3 +197,19 @@ const PodUIDExtra = "authentication.kubernetes.io/pod-uid"
 // IndexLockName is the cache index of claims by spec.lockName that the lock
 // authority registers and the fencing webhook reads.
 const IndexLockName = "spec.lockName"
+
+// PolicyDenialReason reads the fencing reason from the message of a denial
+// by the CEL-mode admission policies ("" when it is not one). A policy
+// cannot set status causes, so its messages start with
+// fencekeeper.io/<Reason>: after the apiserver's "denied request: ".
+func PolicyDenialReason(message string) AdmissionReason {
+	_, rest, ok := strings.Cut(message, "denied request: "+Prefix)
+	if !ok {
+		return ""
+	}
+	r, _, ok := strings.Cut(rest, ":")
+	if !ok || r == "" || strings.ContainsAny(r, " /") {
+		return ""
+	}
+	return AdmissionReason(r)
+}

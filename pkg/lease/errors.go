@@ -40,6 +40,10 @@ func IsStaleEpoch(err error) bool {
 		return false
 	}
 	st := se.Status()
+	// The CEL-mode policies cannot set causes; their message names the reason.
+	if fkv1.PolicyDenialReason(st.Message).IsStaleHolder() {
+		return true
+	}
 	if st.Details != nil {
 		for _, c := range st.Details.Causes {
 			if strings.HasPrefix(string(c.Type), fkv1.Prefix) &&

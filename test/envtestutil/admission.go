@@ -230,23 +230,40 @@ type AdmissionEnv struct {
 	Admin *rest.Config
 	// Manager is the identity the manager runs as.
 	Manager *rest.Config
+	// Guarded are the kinds fenced; CEL is true when the fencing rules are
+	// the CEL-mode admission policies (StartCELEnv) instead of the webhook.
+	Guarded []string
+	CEL     bool
 }
 
 // StartAdmissionEnv starts it; extraCRDDirs add CRDs (e.g. test/crds).
 func StartAdmissionEnv(ctx context.Context, guarded []string, extraCRDDirs ...string) (*AdmissionEnv, error) {
+	return startAdmissionEnv(ctx, guarded, false, extraCRDDirs...)
+}
+
+// StartCELEnv is StartAdmissionEnv in CEL enforcement mode: no webhook is
+// registered; managers started with StartManager apply the CEL-mode
+// policies and keep their bindings.
+func StartCELEnv(ctx context.Context, guarded []string, extraCRDDirs ...string) (*AdmissionEnv, error) {
+	return startAdmissionEnv(ctx, guarded, true, extraCRDDirs...)
+}
+
+func startAdmissionEnv(ctx context.Context, guarded []string, cel bool, extraCRDDirs ...string) (*AdmissionEnv, error) {
 	env, err := New()
 	if err != nil {
 		return nil, err
 	}
 	env.CRDDirectoryPaths = append(env.CRDDirectoryPaths, extraCRDDirs...)
-	if err := WithFencingWebhook(env, guarded); err != nil {
-		return nil, err
+	if !cel {
+		if err := WithFencingWebhook(env, guarded); err != nil {
+			return nil, err
+		}
 	}
 	admin, err := env.Start()
 	if err != nil {
 		return nil, err
 	}
-	a := &AdmissionEnv{Env: env, Admin: admin}
+	a := &AdmissionEnv{Env: env, Admin: admin, Guarded: guarded, CEL: cel}
 	mu, err := env.AddUser(envtest.User{Name: ManagerUser, Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		_ = env.Stop()
@@ -263,5 +280,12 @@ func StartAdmissionEnv(ctx context.Context, guarded []string, extraCRDDirs ...st
 // StartManager starts an in-process manager as the manager identity, serving
 // the fencing webhook.
 func (a *AdmissionEnv) StartManager() (*Manager, error) {
+	if a.CEL {
+		g, err := webhook.ParseGuardedResources(a.Guarded)
+		if err != nil {
+			return nil, err
+		}
+		return StartManager(a.Manager, ManagerOptions{CEL: g})
+	}
 	return StartManager(a.Manager, ManagerOptions{Webhook: &a.Env.WebhookInstallOptions})
 }

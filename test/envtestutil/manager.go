@@ -14,6 +14,7 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/fencekeeper/fencekeeper/controllers"
+	"github.com/fencekeeper/fencekeeper/webhook"
 )
 
 // Scheme knows the built-in kinds and fencekeeper's.
@@ -33,6 +34,9 @@ type ManagerOptions struct {
 	ExpiredClaimRetention time.Duration
 	// MaxWaitersPerLock for the lock controller (0: its default).
 	MaxWaitersPerLock int
+	// CEL, when set, runs CEL enforcement mode for these kinds (policies
+	// and per-lock bindings) instead of serving the webhook.
+	CEL []webhook.GuardedResource
 }
 
 // Manager is one fencekeeper manager running in the test process, the way a
@@ -73,6 +77,7 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
 		Concurrency: 4, ForeignLeaseRecheck: o.ForeignLeaseRecheck, Webhook: o.Webhook != nil, ForTests: true,
 		ExpiredClaimRetention: o.ExpiredClaimRetention, MaxWaitersPerLock: o.MaxWaitersPerLock,
+		FencingMode: fencingMode(o.CEL), Guarded: o.CEL, ExcludedNamespaces: []string{"kube-system", ManagerNamespace},
 	}); err != nil {
 		cancel()
 		return nil, err
@@ -94,6 +99,13 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 		}
 	}
 	return m, nil
+}
+
+func fencingMode(cel []webhook.GuardedResource) string {
+	if len(cel) > 0 {
+		return controllers.FencingModeCEL
+	}
+	return controllers.FencingModeWebhook
 }
 
 // Stop stops the manager and waits for it to finish; it returns the error

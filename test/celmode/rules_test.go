@@ -1,0 +1,304 @@
+// Package celmode_test runs one table of fencing rules (docs/design.md §3)
+// against both enforcement modes on a real apiserver: the webhook, and the
+// CEL-mode admission policies (webhook/celmode) evaluated inside the
+// apiserver. Where CEL mode differs, the case pins what it does and why;
+// docs/fencing.md lists the same differences.
+package celmode_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+const lockName = "report-2026-07"
+
+// scen is one case's world: a fresh namespace where W1 holds the lock with
+// epoch e1 and (unless the case says otherwise) wrote ConfigMap "report".
+type scen struct {
+	b      *bed
+	ns     string
+	w1     *fkv1.FencedLease
+	e1, e2 int64
+}
+
+func (s *scen) key() client.ObjectKey { return client.ObjectKey{Namespace: s.ns, Name: "report"} }
+
+func (s *scen) get() *corev1.ConfigMap {
+	var cm corev1.ConfigMap
+	if err := s.b.admin.Get(context.Background(), s.key(), &cm); err != nil {
+		s.b.t.Fatal(err)
+	}
+	return &cm
+}
+
+// update reads the object, applies mutate, presents epoch (0: none) and
+// updates it as c.
+func (s *scen) update(c client.Client, epoch int64, mutate func(*corev1.ConfigMap)) error {
+	cm := s.get()
+	if mutate != nil {
+		mutate(cm)
+	}
+	if epoch != 0 {
+		if cm.Annotations == nil {
+			cm.Annotations = map[string]string{}
+		}
+		cm.Annotations[fkv1.AnnotationEpoch] = fkv1.FormatEpoch(epoch)
+	}
+	return c.Update(context.Background(), cm)
+}
+
+func (s *scen) patch(c client.Client, pt types.PatchType, body string) error {
+	return c.Patch(context.Background(), &corev1.ConfigMap{ObjectMeta: s.get().ObjectMeta}, client.RawPatch(pt, []byte(body)))
+}
+
+func (s *scen) must(err error) {
+	s.b.t.Helper()
+	if err != nil {
+		s.b.t.Fatal(err)
+	}
+}
+
+// handoff: W2 queues, W1 releases, W2 holds with e2.
+func (s *scen) handoff() {
+	s.b.t.Helper()
+	s.b.release(s.w1)
+	w2 := s.b.hold(s.ns, lockName, "w2")
+	s.e2 = w2.Status.Epoch
+	s.b.settleGone(s.ns, lockName, s.e1)
+}
+
+func data(v string) func(*corev1.ConfigMap) {
+	return func(cm *corev1.ConfigMap) { cm.Data = map[string]string{"report": v} }
+}
+
+func annotate(k, v string) func(*corev1.ConfigMap) {
+	return func(cm *corev1.ConfigMap) {
+		if cm.Annotations == nil {
+			cm.Annotations = map[string]string{}
+		}
+		cm.Annotations[k] = v
+	}
+}
+
+type ruleCase struct {
+	name string
+	// noObject: W1 does not write "report" first.
+	noObject bool
+	// setup runs before the write under test (writes here must succeed).
+	setup func(s *scen)
+	write func(s *scen) error
+	// want is the reason of the denial, or "" for allowed.
+	want fkv1.AdmissionReason
+	// cel, when set, is what CEL mode does instead, pinned with why.
+	cel *fkv1.AdmissionReason
+	why string
+	// watermark is the fenced-epoch an allowed write leaves (nil: unchecked).
+	watermark func(s *scen) int64
+}
+
+var allowed = fkv1.AdmissionReason("")
+
+func cases() []ruleCase {
+	e1 := func(s *scen) int64 { return s.e1 }
+	e2 := func(s *scen) int64 { return s.e2 }
+	return []ruleCase{
+		{name: "create presenting the current epoch", noObject: true, watermark: e1,
+			write: func(s *scen) error {
+				return s.b.admin.Create(context.Background(), configMap(s.ns, "report", lockName, map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(s.e1)}, "v1"))
+			}},
+		{name: "create presenting no epoch", noObject: true, want: fkv1.AdmissionMissingEpoch,
+			write: func(s *scen) error {
+				return s.b.admin.Create(context.Background(), configMap(s.ns, "report", lockName, nil, "v1"))
+			}},
+		{name: "create with an empty lock label", noObject: true, want: fkv1.AdmissionEmptyLockLabel,
+			write: func(s *scen) error {
+				return s.b.admin.Create(context.Background(), configMap(s.ns, "report", "", map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(s.e1)}, "v1"))
+			}},
+		{name: "create fenced by a lock with no Lease in the namespace, presenting an epoch", noObject: true, want: fkv1.AdmissionFutureEpoch,
+			write: func(s *scen) error {
+				return s.b.admin.Create(context.Background(), configMap(s.ns, "report", "never-held", map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(s.e1)}, "v1"))
+			}},
+		{name: "create fenced by a lock with no Lease in the namespace, presenting nothing", noObject: true, want: fkv1.AdmissionMissingEpoch,
+			cel: &allowed, why: "the per-lock policies have no parameter to run with, and the base policy cannot tell a missing token from a consumed one",
+			write: func(s *scen) error {
+				return s.b.admin.Create(context.Background(), configMap(s.ns, "report", "never-held", nil, "v1"))
+			}},
+		{name: "update presenting the current epoch", watermark: e1,
+			write: func(s *scen) error { return s.update(s.b.admin, s.e1, data("v2")) }},
+		{name: "merge patch presenting no epoch", want: fkv1.AdmissionMissingEpoch,
+			write: func(s *scen) error { return s.patch(s.b.admin, types.MergePatchType, `{"data":{"report":"v2"}}`) }},
+		{name: "JSON patch presenting the current epoch", watermark: e1,
+			write: func(s *scen) error {
+				return s.patch(s.b.admin, types.JSONPatchType, fmt.Sprintf(`[{"op":"replace","path":"/data/report","value":"v2"},`+
+					`{"op":"add","path":"/metadata/annotations/fencekeeper.io~1epoch","value":"%d"}]`, s.e1))
+			}},
+		{name: "strategic merge patch presenting a malformed epoch", want: fkv1.AdmissionMalformedEpoch,
+			write: func(s *scen) error {
+				return s.patch(s.b.admin, types.StrategicMergePatchType, fmt.Sprintf(`{"metadata":{"annotations":{"fencekeeper.io/epoch":"0%d"}},"data":{"report":"v2"}}`, s.e1))
+			}},
+		{name: "update presenting an epoch never issued", want: fkv1.AdmissionFutureEpoch,
+			write: func(s *scen) error { return s.update(s.b.admin, s.e1+1000, data("v2")) }},
+		{name: "writer sets fenced-epoch itself, presenting no epoch", want: fkv1.AdmissionMissingEpoch,
+			write: func(s *scen) error {
+				return s.update(s.b.admin, 0, annotate(fkv1.AnnotationFencedEpoch, "9000000000000000000"))
+			}},
+		{name: "writer sets fenced-epoch itself while presenting the current epoch: the presented one is stored", watermark: e1,
+			write: func(s *scen) error {
+				return s.update(s.b.admin, s.e1, func(cm *corev1.ConfigMap) {
+					annotate(fkv1.AnnotationFencedEpoch, "9000000000000000000")(cm)
+					data("v2")(cm)
+				})
+			}},
+		{name: "metadata-only: an unrelated label, no epoch", watermark: e1,
+			write: func(s *scen) error {
+				return s.update(s.b.admin, 0, func(cm *corev1.ConfigMap) { cm.Labels["team"] = "reports" })
+			}},
+		{name: "metadata-only: a finalizer, no epoch", watermark: e1,
+			write: func(s *scen) error {
+				return s.update(s.b.admin, 0, func(cm *corev1.ConfigMap) { cm.Finalizers = append(cm.Finalizers, "example.com/keep") })
+			}},
+		{name: "lock label removed", want: fkv1.AdmissionLockLabelImmutable,
+			write: func(s *scen) error {
+				return s.update(s.b.admin, s.e1, func(cm *corev1.ConfigMap) { delete(cm.Labels, fkv1.LabelLock) })
+			}},
+		{name: "lock label changed", want: fkv1.AdmissionLockLabelImmutable,
+			write: func(s *scen) error {
+				return s.update(s.b.admin, s.e1, func(cm *corev1.ConfigMap) { cm.Labels[fkv1.LabelLock] = "other" })
+			}},
+		{name: "invalid fence-policy", want: fkv1.AdmissionInvalidPolicy,
+			write: func(s *scen) error {
+				return s.update(s.b.admin, s.e1, annotate(fkv1.AnnotationFencePolicy, "whenever"))
+			}},
+		{name: "W1 after W2 took over and wrote: below the watermark", want: fkv1.AdmissionStaleEpoch,
+			setup: func(s *scen) { s.handoff(); s.must(s.update(s.b.admin, s.e2, data("W2"))) },
+			write: func(s *scen) error { return s.update(s.b.admin, s.e1, data("W1 late")) }},
+		{name: "W1 after W2 took over, object untouched by W2: not current", want: fkv1.AdmissionNotCurrentEpoch,
+			setup: func(s *scen) { s.handoff() },
+			write: func(s *scen) error { return s.update(s.b.admin, s.e1, data("W1 late")) }},
+		{name: "W2 after taking over", watermark: e2,
+			setup: func(s *scen) { s.handoff() },
+			write: func(s *scen) error { return s.update(s.b.admin, s.e2, data("W2")) }},
+		{name: "monotonic object: W1's old epoch at the watermark, identity opted out", watermark: e1,
+			setup: func(s *scen) {
+				s.must(s.update(s.b.admin, s.e1, func(cm *corev1.ConfigMap) {
+					annotate(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic)(cm)
+					annotate(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)(cm)
+				}))
+				s.handoff()
+			},
+			write: func(s *scen) error { return s.update(s.b.admin, s.e1, data("W1 late but allowed")) }},
+		{name: "monotonic object: W1's old epoch, identity not opted out (its claim is gone)", want: fkv1.AdmissionIdentityMismatch,
+			setup: func(s *scen) {
+				s.must(s.update(s.b.admin, s.e1, annotate(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic)))
+				s.handoff()
+			},
+			write: func(s *scen) error { return s.update(s.b.admin, s.e1, data("W1 late")) }},
+		{name: "another identity presents the holder's epoch", want: fkv1.AdmissionIdentityMismatch,
+			write: func(s *scen) error { return s.update(s.b.mallory, s.e1, data("mallory")) }},
+		{name: "another identity presents the holder's epoch on an object that opted out", watermark: e1,
+			setup: func(s *scen) {
+				s.must(s.update(s.b.admin, s.e1, annotate(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)))
+			},
+			write: func(s *scen) error { return s.update(s.b.mallory, s.e1, data("helper")) }},
+		{name: "a stale token equal to the watermark on a write that changes nothing else", want: fkv1.AdmissionNotCurrentEpoch,
+			cel: &allowed, why: "the mutating policy consumes the token before validation sees the object, which is then unchanged: nothing is written but a new resourceVersion",
+			setup: func(s *scen) { s.handoff() },
+			write: func(s *scen) error { return s.update(s.b.admin, s.e1, nil) }},
+		{name: "delete without a mark", want: fkv1.AdmissionDeleteNotMarked,
+			write: func(s *scen) error { return s.b.admin.Delete(context.Background(), s.get()) }},
+		{name: "delete after the current holder marked it",
+			setup: func(s *scen) {
+				s.must(s.update(s.b.admin, s.e1, annotate(fkv1.AnnotationDeleteEpoch, fkv1.FormatEpoch(s.e1))))
+			},
+			write: func(s *scen) error { return s.b.admin.Delete(context.Background(), s.get()) }},
+		{name: "a mark that is not the presented epoch", want: fkv1.AdmissionInvalidDeleteMark,
+			write: func(s *scen) error {
+				return s.update(s.b.admin, s.e1, annotate(fkv1.AnnotationDeleteEpoch, fkv1.FormatEpoch(s.e1+1)))
+			}},
+		{name: "delete marked by W1 after W2 took over", want: fkv1.AdmissionNotCurrentEpoch,
+			setup: func(s *scen) {
+				s.must(s.update(s.b.admin, s.e1, annotate(fkv1.AnnotationDeleteEpoch, fkv1.FormatEpoch(s.e1))))
+				s.handoff()
+			},
+			write: func(s *scen) error { return s.b.admin.Delete(context.Background(), s.get()) }},
+		{name: "delete marked by W1 after W2 wrote: W2's write dropped the mark", want: fkv1.AdmissionDeleteNotMarked,
+			setup: func(s *scen) {
+				s.must(s.update(s.b.admin, s.e1, annotate(fkv1.AnnotationDeleteEpoch, fkv1.FormatEpoch(s.e1))))
+				s.handoff()
+				s.must(s.update(s.b.admin, s.e2, data("W2")))
+			},
+			write: func(s *scen) error { return s.b.admin.Delete(context.Background(), s.get()) }},
+		{name: "the garbage collector deletes without a mark",
+			write: func(s *scen) error { return s.b.gc.Delete(context.Background(), s.get()) }},
+		{name: "another identity deletes after the holder marked it", want: fkv1.AdmissionIdentityMismatch,
+			setup: func(s *scen) {
+				s.must(s.update(s.b.admin, s.e1, annotate(fkv1.AnnotationDeleteEpoch, fkv1.FormatEpoch(s.e1))))
+			},
+			write: func(s *scen) error { return s.b.mallory.Delete(context.Background(), s.get()) }},
+	}
+}
+
+func TestRuleTable(t *testing.T) {
+	for _, mode := range []string{modeWebhook, modeCEL} {
+		t.Run(mode, func(t *testing.T) {
+			b := startBed(t, mode)
+			for _, tc := range cases() {
+				t.Run(tc.name, func(t *testing.T) { runCase(t, b, tc) })
+			}
+		})
+	}
+}
+
+func runCase(t *testing.T, b *bed, tc ruleCase) {
+	b.t = t
+	ctx := context.Background()
+	s := &scen{b: b, ns: b.namespace()}
+	s.w1 = b.hold(s.ns, lockName, "w1")
+	s.e1 = s.w1.Status.Epoch
+	if !tc.noObject {
+		s.must(b.admin.Create(ctx, configMap(s.ns, "report", lockName, map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(s.e1)}, "v1")))
+	}
+	if tc.setup != nil {
+		tc.setup(s)
+	}
+	var before corev1.ConfigMap
+	existed := b.admin.Get(ctx, s.key(), &before) == nil
+
+	err := tc.write(s)
+
+	want := tc.want
+	if b.mode == modeCEL && tc.cel != nil {
+		want = *tc.cel
+		t.Logf("CEL mode differs here (pinned): %s", tc.why)
+	}
+	if got := reasonOf(err); got != want {
+		t.Fatalf("got %q (%v), want %q", got, err, want)
+	}
+	var after corev1.ConfigMap
+	exists := b.admin.Get(ctx, s.key(), &after) == nil
+	if want != "" {
+		// A denied write changed nothing.
+		if exists != existed || (exists && after.ResourceVersion != before.ResourceVersion) {
+			t.Fatalf("a denied write changed the object: existed %v now %v, resourceVersion %s -> %s", existed, exists, before.ResourceVersion, after.ResourceVersion)
+		}
+		return
+	}
+	if !exists {
+		return // an allowed delete
+	}
+	if tok, ok := after.Annotations[fkv1.AnnotationEpoch]; ok {
+		t.Fatalf("the stored object kept the token %s (admission consumes it)", tok)
+	}
+	if tc.watermark != nil {
+		if got, want := after.Annotations[fkv1.AnnotationFencedEpoch], fkv1.FormatEpoch(tc.watermark(s)); got != want {
+			t.Fatalf("stored fenced-epoch %q, want %q", got, want)
+		}
+	}
+}

@@ -1,0 +1,269 @@
+// Package celmode is the CEL enforcement mode (docs/design.md §3): the
+// fencing rules as a MutatingAdmissionPolicy and two
+// ValidatingAdmissionPolicies evaluated inside the apiserver, with no webhook
+// hop. The manager applies the policies (Install) and keeps one binding pair
+// per lock name whose parameter is the lock's Lease (Bindings, kept in line
+// by controllers/celbinding).
+//
+// The policies live in policies.yaml; webhook/fencing.Decide is the same
+// table in Go, and test/celmode runs one rule table against both modes.
+package celmode
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/webhook"
+)
+
+//go:embed policies.yaml
+var policiesYAML []byte
+
+// Names of the objects Install applies.
+const (
+	PolicyName     = "fencekeeper-fencing"
+	BasePolicyName = "fencekeeper-fencing-base"
+	// FieldOwner is the server-side-apply field manager of every object
+	// this package writes.
+	FieldOwner = "fencekeeper-cel-mode"
+	// bindingPrefix starts every per-lock binding's name.
+	bindingPrefix = "fencekeeper-lock-"
+)
+
+// Options shape the policies.
+type Options struct {
+	Guarded []webhook.GuardedResource
+	// ExcludedNamespaces are never checked (kube-system and the manager's
+	// own namespace), as with the webhook.
+	ExcludedNamespaces []string
+}
+
+// Policies are the policy objects for o: the mutating policy, the two
+// validating policies and the base policy's binding.
+type Policies struct {
+	Mutating    *admissionregistrationv1.MutatingAdmissionPolicy
+	Validating  *admissionregistrationv1.ValidatingAdmissionPolicy
+	Base        *admissionregistrationv1.ValidatingAdmissionPolicy
+	BaseBinding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+}
+
+// Objects returns them in apply order (policies before bindings).
+func (p Policies) Objects() []client.Object {
+	return []client.Object{p.Mutating, p.Validating, p.Base, p.BaseBinding}
+}
+
+// Render builds the policies for o from policies.yaml.
+func Render(o Options) (Policies, error) {
+	if len(o.Guarded) == 0 {
+		return Policies{}, errors.New("cel mode: no guarded resources")
+	}
+	var p Policies
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(policiesYAML), 4096)
+	for {
+		var raw map[string]any
+		if err := dec.Decode(&raw); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return Policies{}, fmt.Errorf("policies.yaml: %w", err)
+		}
+		if raw == nil {
+			continue
+		}
+		kind, _ := raw["kind"].(string)
+		meta, _ := raw["metadata"].(map[string]any)
+		name, _ := meta["name"].(string)
+		var target any
+		switch {
+		case kind == "MutatingAdmissionPolicy":
+			p.Mutating = &admissionregistrationv1.MutatingAdmissionPolicy{}
+			target = p.Mutating
+		case kind == "ValidatingAdmissionPolicy" && name == PolicyName:
+			p.Validating = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			target = p.Validating
+		case kind == "ValidatingAdmissionPolicy" && name == BasePolicyName:
+			p.Base = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			target = p.Base
+		case kind == "ValidatingAdmissionPolicyBinding":
+			p.BaseBinding = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+			target = p.BaseBinding
+		default:
+			return Policies{}, fmt.Errorf("policies.yaml: unexpected %s %s", kind, name)
+		}
+		if err := fromMap(raw, target); err != nil {
+			return Policies{}, fmt.Errorf("policies.yaml %s %s: %w", kind, name, err)
+		}
+	}
+	if p.Mutating == nil || p.Validating == nil || p.Base == nil || p.BaseBinding == nil {
+		return Policies{}, errors.New("policies.yaml: a policy or the base binding is missing")
+	}
+	all := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
+	writes := all[:2]
+	ns := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: o.ExcludedNamespaces,
+	}}}
+	if len(o.ExcludedNamespaces) == 0 {
+		ns = nil
+	}
+	p.Mutating.Spec.MatchConstraints.ResourceRules = rules(o.Guarded, writes)
+	p.Mutating.Spec.MatchConstraints.NamespaceSelector = ns
+	p.Validating.Spec.MatchConstraints.ResourceRules = rules(o.Guarded, all)
+	p.Validating.Spec.MatchConstraints.NamespaceSelector = ns
+	p.Base.Spec.MatchConstraints.ResourceRules = rules(o.Guarded, all)
+	p.Base.Spec.MatchConstraints.NamespaceSelector = ns
+	return p, nil
+}
+
+func rules(guarded []webhook.GuardedResource, ops []admissionregistrationv1.OperationType) []admissionregistrationv1.NamedRuleWithOperations {
+	out := make([]admissionregistrationv1.NamedRuleWithOperations, 0, len(guarded))
+	for _, g := range guarded {
+		out = append(out, admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+			Operations: ops,
+			Rule: admissionregistrationv1.Rule{
+				APIGroups: []string{g.Group}, APIVersions: []string{g.Version}, Resources: []string{g.Resource},
+				Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+			},
+		}})
+	}
+	return out
+}
+
+// Install applies the policies with server-side apply (idempotent; it takes
+// the fields over from whoever changed them).
+func Install(ctx context.Context, c client.Client, p Policies) error {
+	for _, obj := range p.Objects() {
+		if err := apply(ctx, c, obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BindingName is the name of lock's bindings (both kinds): the lock name
+// after a prefix, or a hash of it when that would be too long.
+func BindingName(lock string) string {
+	if n := bindingPrefix + lock; len(n) <= 253 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(lock))
+	return bindingPrefix + hex.EncodeToString(sum[:16])
+}
+
+// Bindings are the two per-lock bindings: objects labelled with lock are
+// checked against the Lease named lock in their own namespace. A missing
+// Lease skips them (parameterNotFoundAction Allow): the base policy then
+// refuses any presented epoch, because the mutating one did not consume it.
+func Bindings(lock string) (*admissionregistrationv1.MutatingAdmissionPolicyBinding, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	meta := metav1.ObjectMeta{
+		Name:   BindingName(lock),
+		Labels: map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue, fkv1.LabelLock: lock},
+	}
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{fkv1.LabelLock: lock}}
+	allow := ptr.To(admissionregistrationv1.AllowAction)
+	m := &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicyBinding"},
+		ObjectMeta: *meta.DeepCopy(),
+		Spec: admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{
+			PolicyName:     PolicyName,
+			ParamRef:       &admissionregistrationv1.ParamRef{Name: lock, ParameterNotFoundAction: allow},
+			MatchResources: &admissionregistrationv1.MatchResources{ObjectSelector: sel.DeepCopy()},
+		},
+	}
+	v := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
+		ObjectMeta: *meta.DeepCopy(),
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        PolicyName,
+			ParamRef:          &admissionregistrationv1.ParamRef{Name: lock, ParameterNotFoundAction: allow},
+			MatchResources:    &admissionregistrationv1.MatchResources{ObjectSelector: sel.DeepCopy()},
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+	return m, v
+}
+
+// LockOf returns the lock a per-lock binding is for ("" for other objects).
+func LockOf(obj client.Object) string {
+	if obj.GetLabels()[fkv1.LabelManagedBy] != fkv1.ManagedByValue || !strings.HasPrefix(obj.GetName(), bindingPrefix) {
+		return ""
+	}
+	return obj.GetLabels()[fkv1.LabelLock]
+}
+
+// apply creates obj, or updates the stored one when its labels or spec
+// differ (controllerutil.CreateOrUpdate: no write when nothing changed).
+func apply(ctx context.Context, c client.Client, obj client.Object) error {
+	want := obj.DeepCopyObject().(client.Object)
+	_, err := controllerutil.CreateOrUpdate(ctx, c, obj, func() error {
+		labels := obj.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		for k, v := range want.GetLabels() {
+			labels[k] = v
+		}
+		obj.SetLabels(labels)
+		return copySpec(want, obj)
+	})
+	if err != nil {
+		return fmt.Errorf("applying %T %s: %w", obj, obj.GetName(), err)
+	}
+	return nil
+}
+
+// copySpec copies the spec of from into to (same kind).
+func copySpec(from, to client.Object) error {
+	switch f := from.(type) {
+	case *admissionregistrationv1.MutatingAdmissionPolicy:
+		to.(*admissionregistrationv1.MutatingAdmissionPolicy).Spec = *f.Spec.DeepCopy()
+	case *admissionregistrationv1.ValidatingAdmissionPolicy:
+		to.(*admissionregistrationv1.ValidatingAdmissionPolicy).Spec = *f.Spec.DeepCopy()
+	case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
+		to.(*admissionregistrationv1.MutatingAdmissionPolicyBinding).Spec = *f.Spec.DeepCopy()
+	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+		to.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding).Spec = *f.Spec.DeepCopy()
+	default:
+		return fmt.Errorf("cel mode: cannot apply %T", from)
+	}
+	return nil
+}
+
+// EnsureBindings creates or repairs lock's two bindings.
+func EnsureBindings(ctx context.Context, c client.Client, lock string) error {
+	m, v := Bindings(lock)
+	if err := apply(ctx, c, m); err != nil {
+		return err
+	}
+	return apply(ctx, c, v)
+}
+
+// RemoveBindings deletes lock's two bindings (absent ones are fine).
+func RemoveBindings(ctx context.Context, c client.Client, lock string) error {
+	m, v := Bindings(lock)
+	for _, obj := range []client.Object{m, v} {
+		if err := c.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting %T %s: %w", obj, obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func fromMap(raw map[string]any, into any) error {
+	return runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(raw, into, true)
+}
