@@ -116,7 +116,7 @@ test: tools verify-gen fmt-check vet ## Every test, against a real kube-apiserve
 	@$(call go-test,-timeout $(TEST_TIMEOUT) -count=1)
 
 # The envtest-backed ginkgo suites (their Test functions), left out by test-unit.
-ENVTEST_SUITES := ^Test(Controllers|Plugin|Lease|Election|Chart|Admission|Cluster|Chaos|Restore|Demo|DemoLeader|Docs)$$
+ENVTEST_SUITES := ^Test(Controllers|Plugin|Lease|Election|Chart|Admission|CELMode|Cluster|Chaos|Restore|Demo|DemoLeader|Docs)$$
 
 .PHONY: test-unit
 test-unit: ## Pure tests only: no control plane, no bin/ binaries, seconds once compiled.
@@ -181,6 +181,7 @@ help: ## Show the targets by section, then the variables you can set.
 	@echo "  MANAGER_METRICS_ADDRESS  run, dev-up: manager metrics address (default 127.0.0.1:18080)"
 	@echo "  MANAGER_PROBE_ADDRESS    run, dev-up: manager health probe address (default 127.0.0.1:18081)"
 	@echo "  GUARDED_RESOURCES        run, dev-up: kinds the fencing webhook guards, RESOURCE[.GROUP][/VERSION],... (default configmaps)"
+	@echo "  FENCING_MODE             run, dev-up: webhook (default) or cel (the fencing rules as admission policies inside the apiserver)"
 	@echo "  BARE=1                   run, dev-up: control plane only, no CRD/webhook/policy/manager (to try the Helm chart)"
 	@echo "  CLUSTER=full             run, dev-up: also kube-controller-manager and kwok (two fake nodes): real Deployments, GC, namespace deletion"
 	@echo "  DEV_DIR                  dev-up, dev-down: state directory: kubeconfig, logs, ready marker (default .dev)"

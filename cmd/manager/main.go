@@ -1,5 +1,6 @@
 // Command manager runs fencekeeper's lease authority (the controller that
-// grants FencedLeases and issues epochs) and the fencing admission webhook.
+// grants FencedLeases and issues epochs) and the fencing admission webhook,
+// or in CEL mode keeps the fencing admission policies and their bindings.
 package main
 
 import (
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/fencekeeper/fencekeeper/controllers"
+	fencewebhook "github.com/fencekeeper/fencekeeper/webhook"
 )
 
 func main() {
@@ -36,6 +39,9 @@ func main() {
 		pprofAddr              string
 		expiredRetention       time.Duration
 		maxWaiters             int
+		fencingMode            string
+		guarded                string
+		excludedNamespaces     string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
@@ -44,7 +50,13 @@ func main() {
 	flag.StringVar(&leaderElectNamespace, "leader-election-namespace", "",
 		"Namespace of the leader-election Lease (default: the pod's namespace, required out of cluster).")
 	flag.IntVar(&concurrency, "lock-concurrency", 4, "Locks reconciled in parallel.")
-	flag.BoolVar(&enableWebhook, "enable-fencing-webhook", true, "Serve the fencing admission webhook.")
+	flag.BoolVar(&enableWebhook, "enable-fencing-webhook", true, "Serve the fencing admission webhook (--fencing-mode=webhook only).")
+	flag.StringVar(&fencingMode, "fencing-mode", envOr("FENCING_MODE", controllers.FencingModeWebhook),
+		"How fenced writes are checked: \"webhook\" (the fencing admission webhook) or \"cel\" (admission policies inside the apiserver, which the manager applies and binds per lock; default $FENCING_MODE or webhook).")
+	flag.StringVar(&guarded, "guarded-resources", "configmaps",
+		"Comma-separated kinds the CEL-mode policies guard, RESOURCE[.GROUP][/VERSION] (--fencing-mode=cel; in webhook mode the webhook configuration lists them).")
+	flag.StringVar(&excludedNamespaces, "excluded-namespaces", "kube-system",
+		"Comma-separated namespaces the CEL-mode policies never check (--fencing-mode=cel; add the manager's own).")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the webhook server listens on.")
 	flag.StringVar(&webhookCertDir, "webhook-cert-dir", "",
 		"Directory with the webhook serving certificate (tls.crt, tls.key); default: controller-runtime's <tmp>/k8s-webhook-server/serving-certs.")
@@ -114,7 +126,22 @@ func main() {
 	if maxWaiters == 0 {
 		maxWaiters = -1 // Setup's "no limit"
 	}
-	wiring := controllers.Options{Concurrency: concurrency, Webhook: enableWebhook, ExpiredClaimRetention: expiredRetention, MaxWaitersPerLock: maxWaiters}
+	wiring := controllers.Options{Concurrency: concurrency, Webhook: enableWebhook, ExpiredClaimRetention: expiredRetention, MaxWaitersPerLock: maxWaiters,
+		FencingMode: fencingMode}
+	switch fencingMode {
+	case controllers.FencingModeWebhook:
+	case controllers.FencingModeCEL:
+		if wiring.Guarded, err = fencewebhook.ParseGuardedResources(splitList(guarded)); err != nil {
+			log.Error(err, "invalid --guarded-resources")
+			os.Exit(1)
+		}
+		wiring.ExcludedNamespaces = splitList(excludedNamespaces)
+		// The fencing rules run inside the apiserver: no webhook to serve.
+		enableWebhook, wiring.Webhook = false, false
+	default:
+		log.Error(nil, "invalid --fencing-mode (or $FENCING_MODE): use webhook or cel", "got", fencingMode)
+		os.Exit(1)
+	}
 	if enableWebhook {
 		ready, err := setupCertRotation(mgr, certs)
 		if err != nil {
@@ -148,4 +175,22 @@ func main() {
 		log.Error(err, "manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// splitList splits a comma-separated flag, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }

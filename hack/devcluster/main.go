@@ -32,7 +32,7 @@ type options struct {
 	dir, manager          string
 	apiPort               int
 	metricsAddr, probeAdr string
-	guarded               string
+	guarded, fencingMode  string
 	bare, full            bool
 }
 
@@ -45,6 +45,8 @@ func main() {
 	flag.StringVar(&o.probeAdr, "manager-probe-address", envStr("MANAGER_PROBE_ADDRESS", "127.0.0.1:18081"), "Manager health probe address (env MANAGER_PROBE_ADDRESS).")
 	flag.StringVar(&o.guarded, "guarded-resources", envStr("GUARDED_RESOURCES", strings.Join(webhook.DefaultGuardedResources, ",")),
 		"Kinds the fencing webhook guards, RESOURCE[.GROUP][/VERSION],... (env GUARDED_RESOURCES).")
+	flag.StringVar(&o.fencingMode, "fencing-mode", envStr("FENCING_MODE", "webhook"),
+		"How fenced writes are checked: webhook (the fencing webhook) or cel (admission policies inside the apiserver) (env FENCING_MODE).")
 	flag.BoolVar(&o.bare, "bare", os.Getenv("BARE") == "1",
 		"Control plane only: no CRD, webhook, policy or manager (to try the Helm chart; env BARE=1).")
 	flag.BoolVar(&o.full, "full", os.Getenv("CLUSTER") == "full",
@@ -82,7 +84,10 @@ func run(o options) error {
 	if o.bare {
 		env.CRDDirectoryPaths = nil
 	}
-	if o.manager != "" {
+	if o.fencingMode != "webhook" && o.fencingMode != "cel" {
+		return fmt.Errorf("FENCING_MODE (--fencing-mode) must be webhook or cel, not %q", o.fencingMode)
+	}
+	if o.manager != "" && o.fencingMode == "webhook" {
 		if err := envtestutil.WithFencingWebhook(env, strings.Split(o.guarded, ",")); err != nil {
 			return err
 		}
@@ -148,8 +153,11 @@ func run(o options) error {
 		if err := envtestutil.InstallLeaseGuard(ctx, cfg, mu.Config(), envtestutil.ManagerUser); err != nil {
 			return fmt.Errorf("installing the managed-Lease guard: %w", err)
 		}
-		fmt.Printf(">> managed-Lease guard installed (only %q may rewrite managed Leases); fencing webhook registered for %s\n",
-			envtestutil.ManagerUser, o.guarded)
+		how := "fencing webhook registered for " + o.guarded
+		if o.fencingMode == "cel" {
+			how = "CEL mode: the manager applies the fencing admission policies for " + o.guarded
+		}
+		fmt.Printf(">> managed-Lease guard installed (only %q may rewrite managed Leases); %s\n", envtestutil.ManagerUser, how)
 		cmd, err := startManager(o, mkc, &env.WebhookInstallOptions)
 		if err != nil {
 			return err
@@ -195,9 +203,14 @@ func writeKubeconfig(user *envtest.AuthenticatedUser, dir, name string) (string,
 }
 
 func startManager(o options, kubeconfig string, wh *envtest.WebhookInstallOptions) (*exec.Cmd, error) {
-	cmd := exec.Command(o.manager, "--kubeconfig", kubeconfig,
-		"--metrics-bind-address", o.metricsAddr, "--health-probe-bind-address", o.probeAdr,
-		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir)
+	args := []string{"--kubeconfig", kubeconfig, "--metrics-bind-address", o.metricsAddr, "--health-probe-bind-address", o.probeAdr,
+		"--fencing-mode", o.fencingMode}
+	if o.fencingMode == "cel" {
+		args = append(args, "--guarded-resources", o.guarded, "--excluded-namespaces", "kube-system,"+envtestutil.ManagerNamespace)
+	} else {
+		args = append(args, "--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir)
+	}
+	cmd := exec.Command(o.manager, args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	// The manager dies with us even if we are killed without a chance to
 	// stop it. Its own process group keeps a terminal's Ctrl-C away from it:

@@ -245,7 +245,7 @@ func cases() []ruleCase {
 	}
 }
 
-func TestRuleTable(t *testing.T) {
+func TestCELMode(t *testing.T) {
 	for _, mode := range []string{modeWebhook, modeCEL} {
 		t.Run(mode, func(t *testing.T) {
 			b := startBed(t, mode)

@@ -24,6 +24,8 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/webhook"
+	"github.com/fencekeeper/fencekeeper/webhook/celmode"
 )
 
 // nonDefault exercises every optional part of the chart.
@@ -107,7 +109,22 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Entry("PrometheusRule asked for, not served", "prometheusRule.enabled=true",
 			"prometheusRule.enabled=true needs the monitoring.coreos.com/v1/PrometheusRule kind, which this cluster does not serve: install the Prometheus Operator"),
 		Entry("alert threshold out of range", "prometheusRule.webhook.errorRatio=2", "errorRatio"),
+		Entry("unknown fencing mode", "fencing.mode=both", "value must be one of 'webhook', 'cel'"),
 	)
+
+	It("in CEL mode renders no fencing webhook and tells the manager the mode, the guarded kinds and the skipped namespaces", func() {
+		out, errOut, err := helm("template", "fk", chartDir, "--namespace", "fencekeeper-system", "--set", "fencing.mode=cel",
+			"--set", "guardedResources={configmaps,reports.reports.example.com/v1}", "--set", "webhook.excludedNamespaces={monitoring}")
+		Expect(err).NotTo(HaveOccurred(), errOut)
+		Expect(out).NotTo(ContainSubstring("kind: MutatingWebhookConfiguration"))
+		Expect(out).To(ContainSubstring("- --fencing-mode=cel\n"))
+		Expect(out).To(ContainSubstring("- --guarded-resources=configmaps,reports.reports.example.com/v1\n"))
+		Expect(out).To(ContainSubstring("- --excluded-namespaces=kube-system,fencekeeper-system,monitoring\n"))
+		out, errOut, err = helm("template", "fk", chartDir)
+		Expect(err).NotTo(HaveOccurred(), errOut)
+		Expect(out).To(ContainSubstring("kind: MutatingWebhookConfiguration"))
+		Expect(out).To(ContainSubstring("- --fencing-mode=webhook\n"))
+	})
 
 	It("installs, upgrades with changed values, and uninstalls", func() {
 		out, errOut, err := helm("install", "fk", chartDir, "-n", "fencekeeper-system", "--create-namespace")
@@ -266,6 +283,63 @@ var _ = Describe("Helm chart", Ordered, func() {
 		err = admin.Update(ctx, cm)
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("was never issued"))
+	})
+
+	It("in CEL mode gives the manager what it needs to apply the policies and bind each lock, and fencing works without a webhook", func() {
+		out, errOut, err := helm("install", "fk", chartDir, "-n", "fencekeeper-system", "--create-namespace",
+			"--set", "crds.keep=false", "--set", "fencing.mode=cel")
+		Expect(err).NotTo(HaveOccurred(), out+errOut)
+		DeferCleanup(func() { _, _, _ = helm("uninstall", "fk", "-n", "fencekeeper-system") })
+		Expect(apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Name: "fk-fencekeeper-fencing"}, &admissionregistrationv1.MutatingWebhookConfiguration{}))).To(BeTrue())
+
+		sa := "system:serviceaccount:fencekeeper-system:fk-fencekeeper"
+		asSA := rest.CopyConfig(adminCfg)
+		asSA.Impersonate = rest.ImpersonationConfig{UserName: sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:fencekeeper-system", "system:authenticated"}}
+		guarded, err := webhook.ParseGuardedResources([]string{"configmaps"})
+		Expect(err).NotTo(HaveOccurred())
+		m, err := envtestutil.StartManager(asSA, envtestutil.ManagerOptions{CEL: guarded})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() {
+			Expect(m.Stop()).To(Succeed())
+			// Later specs run the webhook mode on this apiserver.
+			for _, obj := range []client.Object{
+				&admissionregistrationv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: celmode.PolicyName}},
+				&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: celmode.PolicyName}},
+				&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: celmode.BasePolicyName}},
+				&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: celmode.BasePolicyName}},
+			} {
+				Expect(client.IgnoreNotFound(admin.Delete(ctx, obj))).To(Succeed())
+			}
+			Expect(celmode.RemoveBindings(ctx, admin, "report")).To(Succeed())
+		})
+
+		ns, err := envtestutil.NewNamespace(ctx, admin, "cel-rbac")
+		Expect(err).NotTo(HaveOccurred())
+		claim := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1"},
+			Spec: fkv1.FencedLeaseSpec{LockName: "report", HolderIdentity: "W1", LeaseDurationSeconds: ptr.To(int32(300))}}
+		Eventually(func() error { return admin.Create(ctx, claim) }, 20*time.Second).Should(Succeed())
+		Eventually(func() int64 {
+			_ = admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)
+			return claim.Status.Epoch
+		}, 20*time.Second).Should(BeNumerically(">", 0))
+		By("the ServiceAccount's manager bound the lock")
+		Eventually(func() error {
+			return admin.Get(ctx, client.ObjectKey{Name: celmode.BindingName("report")}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{})
+		}, 20*time.Second).Should(Succeed())
+
+		By("the current epoch is accepted and consumed, a forged one denied by the policy")
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report",
+			Labels: map[string]string{fkv1.LabelLock: "report"}, Annotations: map[string]string{fkv1.AnnotationEpoch: strconv.FormatInt(claim.Status.Epoch, 10)}}}
+		// The apiserver loads new policies and bindings asynchronously.
+		Eventually(func() error { return admin.Create(ctx, cm.DeepCopy(), client.DryRunAll) }, 20*time.Second).Should(Succeed())
+		Expect(admin.Create(ctx, cm)).To(Succeed())
+		Expect(cm.Annotations).To(HaveKeyWithValue(fkv1.AnnotationFencedEpoch, strconv.FormatInt(claim.Status.Epoch, 10)))
+		Expect(cm.Annotations).NotTo(HaveKey(fkv1.AnnotationEpoch))
+		cm.Annotations[fkv1.AnnotationEpoch] = strconv.FormatInt(claim.Status.Epoch+1, 10)
+		cm.Data = map[string]string{"x": "forged"}
+		err = admin.Update(ctx, cm)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("fencekeeper.io/FutureEpoch: epoch"))
 	})
 })
 
