@@ -34,6 +34,8 @@ type bed struct {
 	// admin holds the claims and writes as their holder; mallory is another
 	// cluster-admin (rule 9); gc sends what the garbage collector sends.
 	admin, mallory, gc client.Client
+	// watcher is admin with watches.
+	watcher client.WithWatch
 }
 
 const (
@@ -61,6 +63,10 @@ func startBed(t testing.TB, mode string) *bed {
 	t.Cleanup(func() { _ = m.Stop() })
 	b := &bed{t: t, mode: mode, env: env}
 	b.admin = newClient(t, env.Admin)
+	var err2 error
+	if b.watcher, err2 = client.NewWithWatch(env.Admin, client.Options{Scheme: envtestutil.Scheme()}); err2 != nil {
+		t.Fatal(err2)
+	}
 	if mode == modeCEL {
 		b.waitForPolicies()
 	}
