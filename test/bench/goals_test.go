@@ -27,6 +27,8 @@ func okReport() report {
 		WritesPerGrant: 2, WritesPerHandoff: 2, NoopResyncWrites: 0,
 		GrantsPerS: 2, FloorUpdatesPerS: 10,
 		GuardedUpdateMS: l(5, 13), UnguardedUpdateMS: l(4, 10), WebhookHandlerMeanMS: 0.1,
+		GuardedUpdateCELMS: l(5, 13), UnguardedUpdateCELMS: l(4, 10),
+		GuardedUpdateCELByBindings: map[string]latency{"bindings_10": l(5, 13), "bindings_1000": l(5, 13), "bindings_5000": l(5, 13)},
 		RSSMiB10k: 150, RSSMiB50k: 600, ScaleCurve: []scalePoint{{Claims: 50000, Locks: 25000, RSSMiB: 600, Correct: true}}, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
 		Ratios: map[string]float64{},
 	}
@@ -98,8 +100,8 @@ func TestReportJSONKeys(t *testing.T) {
 	}
 	sort.Strings(top)
 	wantTop := []string{"clientgo_graceful_handoff_ms", "clientgo_takeover_overshoot_ms", "current_staleness_window_ms", "election_takeover_overshoot_ms", "etcd_mutex_handoff_ms", "floor_ms", "floor_updates_per_s", "graceful_handoff_ms", "grant_ms", "grants_per_s",
-		"guarded_update_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "rss_mib_10k", "rss_mib_50k", "scale_all_grants_correct",
-		"scale_claims", "scale_curve", "scale_locks", "stale_refused_after_release_ms", "takeover_overshoot_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
+		"guarded_update_cel_by_bindings_ms", "guarded_update_cel_ms", "guarded_update_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "rss_mib_10k", "rss_mib_50k", "scale_all_grants_correct",
+		"scale_claims", "scale_curve", "scale_locks", "stale_refused_after_release_ms", "takeover_overshoot_ms", "unguarded_update_cel_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
 		"writes_per_grant", "writes_per_handoff"}
 	if !slices.Equal(top, wantTop) {
 		t.Errorf("top-level keys\n got %v\nwant %v", top, wantTop)
@@ -171,6 +173,8 @@ func TestVerdictFlipsAtTheLimit(t *testing.T) {
 		{"noop_resync_writes", func(r *report) { r.NoopResyncWrites = 1 }},
 		{"grants_per_s", func(r *report) { r.GrantsPerS = 1.99 }},
 		{"guarded_update_ms", func(r *report) { r.GuardedUpdateMS.P99 = 13.01 }},
+		{"guarded_update_cel_ms", func(r *report) { r.GuardedUpdateCELMS.P99 = 13.01 }},
+		{"guarded_update_cel_ms, 5,000 locks bound", func(r *report) { r.GuardedUpdateCELByBindings["bindings_5000"] = latency{P50: 5, P99: 13.01, N: 10} }},
 		{"rss_mib_10k", func(r *report) { r.RSSMiB10k = 150.1 }},
 		{"rss_mib_50k", func(r *report) { r.RSSMiB50k = 600.1 }},
 		{"rss_mib_10k", func(r *report) { r.ScaleCorrect = false }},

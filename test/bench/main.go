@@ -164,6 +164,16 @@ func run(quick bool, p params) error {
 	r.WebhookHandlerMeanMS = round2(cl.handlerMeanMS())
 	done()
 
+	counts := []int{10, 1000, 5000}
+	if quick {
+		counts = []int{10, 1000}
+	}
+	done = step(fmt.Sprintf("admission cost in CEL mode (a second control plane; then %v locks bound)", counts))
+	if r.GuardedUpdateCELMS, r.UnguardedUpdateCELMS, r.GuardedUpdateCELByBindings, err = celAdmission(ctx, p.guardedN, counts); err != nil {
+		return err
+	}
+	done()
+
 	done = step("current staleness window: the old holder's epoch after a handoff")
 	if r.StaleRefusedAfterReleaseMS, r.CurrentStalenessWindowMS, err = measureStaleness(ctx, c, p.grantN); err != nil {
 		return err

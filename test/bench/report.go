@@ -36,6 +36,9 @@ type report struct {
 	GuardedUpdateMS             latency            `json:"guarded_update_ms"`
 	UnguardedUpdateMS           latency            `json:"unguarded_update_ms"`
 	WebhookHandlerMeanMS        float64            `json:"webhook_handler_mean_ms"`
+	GuardedUpdateCELMS          latency            `json:"guarded_update_cel_ms"`
+	UnguardedUpdateCELMS        latency            `json:"unguarded_update_cel_ms"`
+	GuardedUpdateCELByBindings  map[string]latency `json:"guarded_update_cel_by_bindings_ms"`
 	StaleRefusedAfterReleaseMS  latency            `json:"stale_refused_after_release_ms"`
 	CurrentStalenessWindowMS    latency            `json:"current_staleness_window_ms"`
 	RSSMiB10k                   float64            `json:"rss_mib_10k"`
