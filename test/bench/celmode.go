@@ -9,15 +9,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8swait "k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 	"github.com/fencekeeper/fencekeeper/webhook/celmode"
@@ -46,12 +43,13 @@ func celAdmission(ctx context.Context, n int, bindingCounts []int) (guarded, ung
 		return guarded, unguarded, nil, err
 	}
 	a, err := setupAdmission(ctx, c, func(ns, epoch string) error {
-		// The apiserver loads the lock's bindings asynchronously: wait until
-		// a dry run presenting the epoch passes.
-		return k8swait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-			probe := celProbe(ns, epoch)
-			return c.Create(ctx, probe, client.DryRunAll) == nil, nil
-		})
+		// The apiserver loads the policies and the lock's bindings
+		// asynchronously.
+		e, err := strconv.ParseInt(epoch, 10, 64)
+		if err != nil {
+			return err
+		}
+		return envtestutil.WaitFencingEnforced(ctx, c, ns, "report", e)
 	})
 	if err != nil {
 		return guarded, unguarded, nil, err
@@ -89,9 +87,4 @@ func celAdmission(ctx context.Context, n int, bindingCounts []int) (guarded, ung
 		fmt.Fprintf(os.Stderr, " [%d locks bound: p50 %.2f p99 %.2f ms]", want, g.P50, g.P99)
 	}
 	return guarded, unguarded, byBindings, nil
-}
-
-func celProbe(ns, epoch string) client.Object {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe",
-		Labels: map[string]string{fkv1.LabelLock: "report"}, Annotations: map[string]string{fkv1.AnnotationEpoch: epoch}}}
 }

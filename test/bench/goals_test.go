@@ -29,7 +29,7 @@ func okReport() report {
 		GuardedUpdateMS: l(5, 13), UnguardedUpdateMS: l(4, 10), WebhookHandlerMeanMS: 0.1,
 		GuardedUpdateCELMS: l(5, 13), UnguardedUpdateCELMS: l(4, 10),
 		GuardedUpdateCELByBindings: map[string]latency{"bindings_10": l(5, 13), "bindings_1000": l(5, 13), "bindings_5000": l(5, 13)},
-		RSSMiB10k: 150, RSSMiB50k: 600, ScaleCurve: []scalePoint{{Claims: 50000, Locks: 25000, RSSMiB: 600, Correct: true}}, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
+		RSSMiB10k:                  150, RSSMiB50k: 600, ScaleCurve: []scalePoint{{Claims: 50000, Locks: 25000, RSSMiB: 600, Correct: true}}, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
 		Ratios: map[string]float64{},
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/webhook/celmode"
 )
 
 // bed is one control plane in one enforcement mode, with the identities the
@@ -69,6 +71,7 @@ func startBed(t testing.TB, mode string) *bed {
 	}
 	if mode == modeCEL {
 		b.waitForPolicies()
+		b.bindingsSettle()
 	}
 	b.mallory = b.user("mallory")
 	b.gc = b.user("system:kube-controller-manager")
@@ -88,6 +91,27 @@ func (b *bed) waitForPolicies() {
 	})
 	if err != nil {
 		b.t.Fatalf("the CEL-mode policies are not enforced: the probe got %v", last)
+	}
+}
+
+// bindingsSettle checks that the manager leaves a lock's bindings alone
+// once they are right: no write loop against the apiserver's defaults.
+func (b *bed) bindingsSettle() {
+	b.t.Helper()
+	ctx := context.Background()
+	ns := b.namespace()
+	b.hold(ns, "settle-check", "w")
+	var first, later admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	key := client.ObjectKey{Name: celmode.BindingName("settle-check")}
+	if err := b.admin.Get(ctx, key, &first); err != nil {
+		b.t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if err := b.admin.Get(ctx, key, &later); err != nil {
+		b.t.Fatal(err)
+	}
+	if first.ResourceVersion != later.ResourceVersion {
+		b.t.Fatalf("the manager keeps rewriting binding %s (resourceVersion %s -> %s within a second)", key.Name, first.ResourceVersion, later.ResourceVersion)
 	}
 }
 
@@ -149,21 +173,15 @@ func (b *bed) release(c *fkv1.FencedLease) {
 	}
 }
 
-// settle waits until admission judges epoch as the lock's current one: a
-// dry-run create of a probe object presenting it passes. The CEL policies
-// read the Lease from the apiserver's own cache, which trails the write by
-// a watch delivery; the table's cases are about the rules, not that window
-// (TestCELCurrentTrailsTheLease measures it).
+// settle waits until admission judges epoch as the lock's current one
+// (envtestutil.WaitFencingEnforced). The CEL policies read the Lease from
+// the apiserver's own cache, which trails the write by a watch delivery; the
+// table's cases are about the rules, not that window (currentAfterHandoff
+// measures it).
 func (b *bed) settle(ns, lock string, epoch int64) {
 	b.t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		probe := configMap(ns, "settle-probe", lock, map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(epoch)}, "probe")
-		last = b.admin.Create(ctx, probe, client.DryRunAll)
-		return last == nil, nil
-	})
-	if err != nil {
-		b.t.Fatalf("admission never accepted epoch %d of %s/%s as current: %v", epoch, ns, lock, last)
+	if err := envtestutil.WaitFencingEnforced(context.Background(), b.admin, ns, lock, epoch); err != nil {
+		b.t.Fatal(err)
 	}
 }
 

@@ -331,7 +331,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report",
 			Labels: map[string]string{fkv1.LabelLock: "report"}, Annotations: map[string]string{fkv1.AnnotationEpoch: strconv.FormatInt(claim.Status.Epoch, 10)}}}
 		// The apiserver loads new policies and bindings asynchronously.
-		Eventually(func() error { return admin.Create(ctx, cm.DeepCopy(), client.DryRunAll) }, 20*time.Second).Should(Succeed())
+		Expect(envtestutil.WaitFencingEnforced(ctx, admin, ns, "report", claim.Status.Epoch)).To(Succeed())
 		Expect(admin.Create(ctx, cm)).To(Succeed())
 		Expect(cm.Annotations).To(HaveKeyWithValue(fkv1.AnnotationFencedEpoch, strconv.FormatInt(claim.Status.Epoch, 10)))
 		Expect(cm.Annotations).NotTo(HaveKey(fkv1.AnnotationEpoch))

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -288,4 +289,38 @@ func (a *AdmissionEnv) StartManager() (*Manager, error) {
 		return StartManager(a.Manager, ManagerOptions{CEL: g})
 	}
 	return StartManager(a.Manager, ManagerOptions{Webhook: &a.Env.WebhookInstallOptions})
+}
+
+// WaitFencingEnforced waits until admission fences lock in ns with epoch
+// current, in either mode: a dry-run create presenting epoch comes back
+// with the token consumed into the watermark, and one presenting epoch+1
+// is refused. (A dry run alone proves nothing while no policy or webhook is
+// loaded yet: it would pass unchecked.)
+func WaitFencingEnforced(ctx context.Context, c client.Client, ns, lock string, epoch int64) error {
+	probe := func(e int64) (*corev1.ConfigMap, error) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fencing-probe",
+			Labels: map[string]string{fkv1.LabelLock: lock}, Annotations: map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(e)}}}
+		return cm, c.Create(ctx, cm, client.DryRunAll)
+	}
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		cm, err := probe(epoch)
+		if err != nil {
+			last = fmt.Sprintf("presenting %d: %v", epoch, err)
+			return false, nil
+		}
+		if _, kept := cm.Annotations[fkv1.AnnotationEpoch]; kept || cm.Annotations[fkv1.AnnotationFencedEpoch] != fkv1.FormatEpoch(epoch) {
+			last = fmt.Sprintf("presenting %d: not consumed (annotations %v)", epoch, cm.Annotations)
+			return false, nil
+		}
+		if _, err := probe(epoch + 1); err == nil {
+			last = fmt.Sprintf("presenting %d (never issued): accepted", epoch+1)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("admission does not fence lock %s/%s at epoch %d: %s", ns, lock, epoch, last)
+	}
+	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -227,21 +228,30 @@ func apply(ctx context.Context, c client.Client, obj client.Object) error {
 	return nil
 }
 
-// copySpec copies the spec of from into to (same kind).
+// copySpec copies the spec of from into to (same kind) unless to already
+// has every field from sets: the apiserver fills in defaults (matchPolicy,
+// empty selectors), and overwriting them would make every reconcile write,
+// and every write trigger another reconcile.
 func copySpec(from, to client.Object) error {
 	switch f := from.(type) {
 	case *admissionregistrationv1.MutatingAdmissionPolicy:
-		to.(*admissionregistrationv1.MutatingAdmissionPolicy).Spec = *f.Spec.DeepCopy()
+		setSpec(&to.(*admissionregistrationv1.MutatingAdmissionPolicy).Spec, f.Spec)
 	case *admissionregistrationv1.ValidatingAdmissionPolicy:
-		to.(*admissionregistrationv1.ValidatingAdmissionPolicy).Spec = *f.Spec.DeepCopy()
+		setSpec(&to.(*admissionregistrationv1.ValidatingAdmissionPolicy).Spec, f.Spec)
 	case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
-		to.(*admissionregistrationv1.MutatingAdmissionPolicyBinding).Spec = *f.Spec.DeepCopy()
+		setSpec(&to.(*admissionregistrationv1.MutatingAdmissionPolicyBinding).Spec, f.Spec)
 	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
-		to.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding).Spec = *f.Spec.DeepCopy()
+		setSpec(&to.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding).Spec, f.Spec)
 	default:
 		return fmt.Errorf("cel mode: cannot apply %T", from)
 	}
 	return nil
+}
+
+func setSpec[T any](stored *T, want T) {
+	if !equality.Semantic.DeepDerivative(want, *stored) {
+		*stored = want
+	}
 }
 
 // EnsureBindings creates or repairs lock's two bindings.
