@@ -247,7 +247,14 @@ var _ = Describe("Helm chart", Ordered, func() {
 		By("a manager running as the ServiceAccount grants, and the lease guard recognises it")
 		wh := envtestutil.LocalWebhook(env, []string{"configmaps"})
 		Expect(wh.Install(adminCfg)).To(Succeed())
-		DeferCleanup(func() { _ = wh.Cleanup() })
+		DeferCleanup(func() {
+			_ = wh.Cleanup()
+			// Nothing serves it once this spec ends: later specs would be
+			// refused by it (it fails closed).
+			for _, w := range wh.MutatingWebhooks {
+				Expect(client.IgnoreNotFound(admin.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: w.Name}}))).To(Succeed())
+			}
+		})
 		m, err := envtestutil.StartManager(asSA, envtestutil.ManagerOptions{Webhook: wh})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { Expect(m.Stop()).To(Succeed()) })
