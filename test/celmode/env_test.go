@@ -48,21 +48,11 @@ const (
 func startBed(t testing.TB, mode string) *bed {
 	t.Helper()
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
-	ctx := context.Background()
-	start := envtestutil.StartAdmissionEnv
+	start := envtestutil.StartAdmissionEnvWithManager
 	if mode == modeCEL {
-		start = envtestutil.StartCELEnv
+		start = envtestutil.StartCELEnvWithManager
 	}
-	env, err := start(ctx, []string{"configmaps"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Env.Stop() })
-	m, err := env.StartManager()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Stop() })
+	env := start(t, []string{"configmaps"})
 	b := &bed{t: t, mode: mode, env: env}
 	b.admin = newClient(t, env.Admin)
 	var err2 error

@@ -259,17 +259,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { Expect(m.Stop()).To(Succeed()) })
 
-		ns, err := envtestutil.NewNamespace(ctx, admin, "rbac")
-		Expect(err).NotTo(HaveOccurred())
-		claim := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1"},
-			Spec: fkv1.FencedLeaseSpec{LockName: "report", HolderIdentity: "W1", LeaseDurationSeconds: ptr.To(int32(300))}}
-		// The claim-identity policy needs the CRD's schema, which the
-		// apiserver publishes a moment after the CRD is installed.
-		Eventually(func() error { return admin.Create(ctx, claim) }, 20*time.Second).Should(Succeed())
-		Eventually(func() int64 {
-			_ = admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)
-			return claim.Status.Epoch
-		}, 20*time.Second).Should(BeNumerically(">", 0))
+		ns, claim := grantedClaim("rbac")
 		epoch := strconv.FormatInt(claim.Status.Epoch, 10)
 		forged := strconv.FormatInt(claim.Status.Epoch+1, 10)
 
@@ -320,15 +310,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 			Expect(celmode.RemoveBindings(ctx, admin, "report")).To(Succeed())
 		})
 
-		ns, err := envtestutil.NewNamespace(ctx, admin, "cel-rbac")
-		Expect(err).NotTo(HaveOccurred())
-		claim := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1"},
-			Spec: fkv1.FencedLeaseSpec{LockName: "report", HolderIdentity: "W1", LeaseDurationSeconds: ptr.To(int32(300))}}
-		Eventually(func() error { return admin.Create(ctx, claim) }, 20*time.Second).Should(Succeed())
-		Eventually(func() int64 {
-			_ = admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)
-			return claim.Status.Epoch
-		}, 20*time.Second).Should(BeNumerically(">", 0))
+		ns, claim := grantedClaim("cel-rbac")
 		By("the ServiceAccount's manager bound the lock")
 		Eventually(func() error {
 			return admin.Get(ctx, client.ObjectKey{Name: celmode.BindingName("report")}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{})
@@ -349,6 +331,23 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Expect(err.Error()).To(ContainSubstring("fencekeeper.io/FutureEpoch: epoch"))
 	})
 })
+
+// grantedClaim creates claim w1 for lock "report" in a new namespace and
+// waits until it has an epoch.
+func grantedClaim(prefix string) (string, *fkv1.FencedLease) {
+	ns, err := envtestutil.NewNamespace(ctx, admin, prefix)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	claim := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1"},
+		Spec: fkv1.FencedLeaseSpec{LockName: "report", HolderIdentity: "W1", LeaseDurationSeconds: ptr.To(int32(300))}}
+	// The claim-identity policy needs the CRD's schema, which the apiserver
+	// publishes a moment after the CRD is installed.
+	EventuallyWithOffset(1, func() error { return admin.Create(ctx, claim) }, 20*time.Second).Should(Succeed())
+	EventuallyWithOffset(1, func() int64 {
+		_ = admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)
+		return claim.Status.Epoch
+	}, 20*time.Second).Should(BeNumerically(">", 0))
+	return ns, claim
+}
 
 func webhookConfig() *admissionregistrationv1.MutatingWebhookConfiguration {
 	var vwc admissionregistrationv1.MutatingWebhookConfiguration

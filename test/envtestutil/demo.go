@@ -36,7 +36,19 @@ func DemoKubeconfig(t testing.TB, user string) string {
 // ends.
 func StartAdmissionEnvWithManager(t testing.TB, guarded []string, extraCRDDirs ...string) *AdmissionEnv {
 	t.Helper()
-	env, err := StartAdmissionEnv(context.Background(), guarded, extraCRDDirs...)
+	return startWithManager(t, StartAdmissionEnv, guarded, extraCRDDirs...)
+}
+
+// StartCELEnvWithManager is the same in CEL enforcement mode (StartCELEnv):
+// the manager applies the fencing policies and binds each lock.
+func StartCELEnvWithManager(t testing.TB, guarded []string, extraCRDDirs ...string) *AdmissionEnv {
+	t.Helper()
+	return startWithManager(t, StartCELEnv, guarded, extraCRDDirs...)
+}
+
+func startWithManager(t testing.TB, start func(context.Context, []string, ...string) (*AdmissionEnv, error), guarded []string, extraCRDDirs ...string) *AdmissionEnv {
+	t.Helper()
+	env, err := start(context.Background(), guarded, extraCRDDirs...)
 	if err != nil {
 		t.Fatal(err)
 	}
