@@ -4,14 +4,18 @@
 // ValidatingAdmissionPolicyBinding as soon as a claim or a managed Lease
 // names it, and loses them when neither does anywhere in the cluster.
 //
-// The bindings must exist before a holder writes: until they do, the base
-// policy refuses every presented epoch of that lock (fail closed), so a
-// binding created a moment after the first grant only delays that write.
+// The validating binding is created first and the mutating one only once
+// the validating one is in force on every apiserver (celmode.LoadDelay), and
+// removed in the opposite order: a mutating binding alone would consume
+// tokens that nothing checks. Until both are in force, presented epochs of
+// the lock are refused (nothing consumes them), so a new lock name's first
+// writes wait a few seconds.
 package celbinding
 
 import (
 	"context"
 	"fmt"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -46,10 +50,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	var wait time.Duration
 	if needed {
-		return ctrl.Result{}, celmode.EnsureBindings(ctx, r.client, lock)
+		wait, err = celmode.EnsureBindings(ctx, r.client, lock, time.Now())
+	} else {
+		wait, err = celmode.RemoveBindings(ctx, r.client, lock)
 	}
-	return ctrl.Result{}, celmode.RemoveBindings(ctx, r.client, lock)
+	return ctrl.Result{RequeueAfter: wait}, err
 }
 
 func (r *Reconciler) needed(ctx context.Context, lock string) (bool, error) {

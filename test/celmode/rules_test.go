@@ -135,6 +135,18 @@ func cases() []ruleCase {
 			write: func(s *scen) error {
 				return s.b.admin.Create(context.Background(), configMap(s.ns, "report", "never-held", nil, "v1"))
 			}},
+		{name: "labelling an object with a lock that has no Lease here, planting opt-outs and a watermark, presenting nothing",
+			noObject: true, want: fkv1.AdmissionMissingEpoch,
+			cel: &allowed, why: "no Lease, so the per-lock policies do not run; what this write plants (fence-identity any, monotonic, a watermark) is trusted once the lock is first granted here",
+			setup: func(s *scen) { s.must(s.b.admin.Create(context.Background(), configMap(s.ns, "report", "-", nil, "v1"))) },
+			write: func(s *scen) error {
+				return s.update(s.b.mallory, 0, func(cm *corev1.ConfigMap) {
+					cm.Labels = map[string]string{fkv1.LabelLock: "never-held"}
+					annotate(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)(cm)
+					annotate(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic)(cm)
+					annotate(fkv1.AnnotationFencedEpoch, "1")(cm)
+				})
+			}},
 		{name: "update presenting the current epoch", watermark: e1,
 			write: func(s *scen) error { return s.update(s.b.admin, s.e1, data("v2")) }},
 		{name: "a second update presenting the same epoch", watermark: e1,

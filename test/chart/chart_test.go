@@ -307,7 +307,9 @@ var _ = Describe("Helm chart", Ordered, func() {
 			} {
 				Expect(client.IgnoreNotFound(admin.Delete(ctx, obj))).To(Succeed())
 			}
-			Expect(celmode.RemoveBindings(ctx, admin, "report")).To(Succeed())
+			m, v := celmode.Bindings("report")
+			Expect(client.IgnoreNotFound(admin.Delete(ctx, m))).To(Succeed())
+			Expect(client.IgnoreNotFound(admin.Delete(ctx, v))).To(Succeed())
 		})
 
 		ns, claim := grantedClaim("cel-rbac")

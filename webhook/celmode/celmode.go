@@ -19,9 +19,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -64,9 +65,11 @@ type Policies struct {
 	BaseBinding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
 }
 
-// Objects returns them in apply order (policies before bindings).
+// Objects returns them in apply order: the validating policies (and the
+// base binding) before the mutating one, so that a change never has the
+// mutating policy consume tokens that no validating policy checks.
 func (p Policies) Objects() []client.Object {
-	return []client.Object{p.Mutating, p.Validating, p.Base, p.BaseBinding}
+	return []client.Object{p.Validating, p.Base, p.BaseBinding, p.Mutating}
 }
 
 // Render builds the policies for o from policies.yaml.
@@ -228,50 +231,73 @@ func apply(ctx context.Context, c client.Client, obj client.Object) error {
 	return nil
 }
 
-// copySpec copies the spec of from into to (same kind) unless to already
-// has every field from sets: the apiserver fills in defaults (matchPolicy,
-// empty selectors), and overwriting them would make every reconcile write,
-// and every write trigger another reconcile.
+// copySpec copies the spec of from into to (same kind), so fields someone
+// added (matchConditions, another paramRef) are reverted. The apiserver
+// fills in defaults again, and an update that changes nothing writes
+// nothing (no new resourceVersion, no watch event).
 func copySpec(from, to client.Object) error {
 	switch f := from.(type) {
 	case *admissionregistrationv1.MutatingAdmissionPolicy:
-		setSpec(&to.(*admissionregistrationv1.MutatingAdmissionPolicy).Spec, f.Spec)
+		to.(*admissionregistrationv1.MutatingAdmissionPolicy).Spec = *f.Spec.DeepCopy()
 	case *admissionregistrationv1.ValidatingAdmissionPolicy:
-		setSpec(&to.(*admissionregistrationv1.ValidatingAdmissionPolicy).Spec, f.Spec)
+		to.(*admissionregistrationv1.ValidatingAdmissionPolicy).Spec = *f.Spec.DeepCopy()
 	case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
-		setSpec(&to.(*admissionregistrationv1.MutatingAdmissionPolicyBinding).Spec, f.Spec)
+		to.(*admissionregistrationv1.MutatingAdmissionPolicyBinding).Spec = *f.Spec.DeepCopy()
 	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
-		setSpec(&to.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding).Spec, f.Spec)
+		to.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding).Spec = *f.Spec.DeepCopy()
 	default:
 		return fmt.Errorf("cel mode: cannot apply %T", from)
 	}
 	return nil
 }
 
-func setSpec[T any](stored *T, want T) {
-	if !equality.Semantic.DeepDerivative(want, *stored) {
-		*stored = want
-	}
-}
+// LoadDelay is how long a binding change takes to be in force on every
+// apiserver: each reloads its policies and bindings on a 1-second timer
+// after its informer delivers the change. The ordering below waits this
+// long, plus a second for creationTimestamp's whole-second precision.
+const LoadDelay = 3 * time.Second
 
-// EnsureBindings creates or repairs lock's two bindings.
-func EnsureBindings(ctx context.Context, c client.Client, lock string) error {
+// EnsureBindings creates or repairs lock's two bindings, the validating one
+// first: while only the mutating binding were in force, tokens would be
+// consumed into the watermark and nothing would check them. The mutating
+// binding is created only once the validating one has been in force for
+// LoadDelay; until then EnsureBindings returns how long to wait (and
+// presented epochs of the lock are refused: nothing consumes them). A
+// validating binding younger than that with a mutating one beside it (someone
+// deleted and re-created it) has the mutating one removed first.
+func EnsureBindings(ctx context.Context, c client.Client, lock string, now time.Time) (time.Duration, error) {
 	m, v := Bindings(lock)
-	if err := apply(ctx, c, m); err != nil {
-		return err
+	if err := apply(ctx, c, v); err != nil {
+		return 0, err
 	}
-	return apply(ctx, c, v)
-}
-
-// RemoveBindings deletes lock's two bindings (absent ones are fine).
-func RemoveBindings(ctx context.Context, c client.Client, lock string) error {
-	m, v := Bindings(lock)
-	for _, obj := range []client.Object{m, v} {
-		if err := c.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting %T %s: %w", obj, obj.GetName(), err)
+	if age := now.Sub(v.CreationTimestamp.Time); age < LoadDelay+time.Second {
+		if err := c.Delete(ctx, m); client.IgnoreNotFound(err) != nil {
+			return 0, fmt.Errorf("deleting %s until %s is in force: %w", m.Name, v.Name, err)
 		}
+		return LoadDelay + time.Second - age, nil
 	}
-	return nil
+	return 0, apply(ctx, c, m)
+}
+
+// RemoveBindings deletes lock's two bindings, the mutating one first; it
+// returns how long to wait before calling again when the validating one
+// must outlive the mutating one by LoadDelay (absent bindings are fine).
+func RemoveBindings(ctx context.Context, c client.Client, lock string) (time.Duration, error) {
+	m, v := Bindings(lock)
+	err := c.Get(ctx, client.ObjectKeyFromObject(m), m)
+	switch {
+	case err == nil:
+		if err := c.Delete(ctx, m); client.IgnoreNotFound(err) != nil {
+			return 0, fmt.Errorf("deleting %s: %w", m.Name, err)
+		}
+		return LoadDelay, nil
+	case !apierrors.IsNotFound(err):
+		return 0, fmt.Errorf("reading %s: %w", m.Name, err)
+	}
+	if err := c.Delete(ctx, v); client.IgnoreNotFound(err) != nil {
+		return 0, fmt.Errorf("deleting %s: %w", v.Name, err)
+	}
+	return 0, nil
 }
 
 func fromMap(raw map[string]any, into any) error {
