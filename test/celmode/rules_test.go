@@ -138,7 +138,9 @@ func cases() []ruleCase {
 		{name: "labelling an object with a lock that has no Lease here, planting opt-outs and a watermark, presenting nothing",
 			noObject: true, want: fkv1.AdmissionMissingEpoch,
 			cel: &allowed, why: "no Lease, so the per-lock policies do not run; what this write plants (fence-identity any, monotonic, a watermark) is trusted once the lock is first granted here",
-			setup: func(s *scen) { s.must(s.b.admin.Create(context.Background(), configMap(s.ns, "report", "-", nil, "v1"))) },
+			setup: func(s *scen) {
+				s.must(s.b.admin.Create(context.Background(), configMap(s.ns, "report", "-", nil, "v1")))
+			},
 			write: func(s *scen) error {
 				return s.update(s.b.mallory, 0, func(cm *corev1.ConfigMap) {
 					cm.Labels = map[string]string{fkv1.LabelLock: "never-held"}
