@@ -222,6 +222,7 @@ func (r *Reconciler) forget(lock types.NamespacedName, hasLease bool) {
 	r.clock.forget(lock)
 	r.expect.forget(lock)
 	r.queue.forget(lock)
+	r.revisions.forget(lock)
 	if !hasLease {
 		r.floors.forget(lock)
 	}

@@ -30,6 +30,10 @@ type gathered struct {
 	// renewal signal appear (not merely found it on its first look): only
 	// then can it vouch to the webhook that the holder is alive.
 	renewWatched bool
+	// revisionPending is true when a new ledger needs the storage revision
+	// and the read that answers it has not finished: the reconcile waits
+	// (the lock is queued again when it has).
+	revisionPending bool
 }
 
 // gather reads the lock's claims and Lease from the informer cache, reading
@@ -73,10 +77,13 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 	}
 	if (g.ledger.Epoch == 0 || !g.ledger.EpochValid) && nextReadyWaiter(g.claims, g.ledger, g.waiterPods) != nil {
 		// A new ledger is about to grant: its epochs start at the storage
-		// revision, read live (one quorum list of one item, once per lock).
-		if g.storageRevision, err = r.storageRevision(ctx); err != nil {
+		// revision, read live after this look (one quorum list of one item,
+		// shared by every lock waiting for one; see revisionReader).
+		var ok bool
+		if g.storageRevision, ok, err = r.revisions.get(lock); err != nil {
 			return g, err
 		}
+		g.revisionPending = !ok
 	}
 	return g, nil
 }

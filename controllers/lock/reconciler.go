@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
@@ -65,6 +66,8 @@ type Reconciler struct {
 	views  *views
 	// queue summarizes each lock's waiters for the waiter gauges.
 	queue *queueSummary
+	// revisions reads the storage revisions new ledgers start at.
+	revisions *revisionReader
 	// foreign remembers locks blocked by a Lease fencekeeper does not manage
 	// (a set of types.NamespacedName), so their re-checks read live.
 	foreign sync.Map
@@ -84,11 +87,13 @@ func NewReconciler(c client.Client, apiReader client.Reader, recorder events.Eve
 	case o.MaxWaiters < 0:
 		o.MaxWaiters = 0 // no limit
 	}
-	return &Reconciler{
+	r := &Reconciler{
 		client: c, apiReader: apiReader, recorder: recorder, foreignRecheck: o.ForeignLeaseRecheck, maxWaiters: o.MaxWaiters,
 		clock: newRenewClock(o.Clock), floors: newEpochFloors(), expect: newWriteExpectations(), views: newViews(),
 		queue: queues,
 	}
+	r.revisions = newRevisionReader(r.storageRevision)
+	return r
 }
 
 // +kubebuilder:rbac:groups=fencekeeper.io,resources=fencedleases,verbs=get;list;watch
@@ -114,6 +119,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if g.cacheBehind {
 		return ctrl.Result{RequeueAfter: raceRetry}, nil
 	}
+	if g.revisionPending {
+		// Queued again by the revision reader; the timer only covers a
+		// lost wake-up.
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 	a := decide(g.snapshot)
 	r.summarizeQueue(lock, g, a)
 	return r.act(ctx, lock, g, a)
@@ -137,8 +147,12 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	managed := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetLabels()[fkv1.LabelManagedBy] == fkv1.ManagedByValue
 	})
+	if err := mgr.Add(r.revisions); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("lock").
+		WatchesRawSource(source.Channel(r.revisions.ready, &handler.EnqueueRequestForObject{})).
 		Watches(&fkv1.FencedLease{}, handler.EnqueueRequestsFromMapFunc(claimToLock)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseToLock), builder.WithPredicates(managed)).
 		// A pod's readiness is the renewal of its lease.

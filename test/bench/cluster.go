@@ -82,6 +82,10 @@ func startCluster(ctx context.Context, syncPeriod time.Duration) (*cluster, erro
 		"--webhook-cert-dir", wh.LocalServingCertDir, "--sync-period", syncPeriod.String(), "--zap-log-level", "error",
 		// The 1,000-waiter handoff queues 1,000 waiters plus one per round.
 		"--max-waiters-per-lock", "5000")
+	if v := os.Getenv("BENCH_LOCK_CONCURRENCY"); v != "" {
+		// Measure another --lock-concurrency than the manager's default.
+		c.manager.Args = append(c.manager.Args, "--lock-concurrency", v)
+	}
 	logf, _ := os.Create(filepath.Join(c.dir, "manager.log"))
 	c.manager.Stdout, c.manager.Stderr = logf, logf
 	c.manager.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
