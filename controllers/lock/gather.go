@@ -84,6 +84,11 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 			return g, err
 		}
 		g.revisionPending = !ok
+	} else {
+		// This look needs no new ledger: an earlier ask must not answer a
+		// later need, whose read has to start after the look that sees it
+		// (the Lease may have lived and gone in between, unseen).
+		r.revisions.forget(lock)
 	}
 	return g, nil
 }

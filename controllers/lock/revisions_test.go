@@ -98,3 +98,30 @@ func waitReady(t *testing.T, rr *revisionReader) types.NamespacedName {
 	}
 	return types.NamespacedName{}
 }
+
+// A lock whose need went away (a look saw a valid ledger) is forgotten; when
+// it needs a new ledger again, reads finished before that do not answer it.
+func TestRevisionReaderForgottenAskNeedsANewRead(t *testing.T) {
+	calls := make(chan chan int64)
+	rr := newRevisionReader(func(ctx context.Context) (int64, error) {
+		answer := make(chan int64)
+		calls <- answer
+		return <-answer, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = rr.Start(ctx) }()
+	a := types.NamespacedName{Namespace: "ns", Name: "a"}
+	_, _, _ = rr.get(a)
+	(<-calls) <- 100
+	waitReady(t, rr)
+	rr.forget(a) // a later look saw a valid ledger
+	if rev, ok, _ := rr.get(a); ok {
+		t.Fatalf("a was answered with %d from a read finished before it asked again", rev)
+	}
+	(<-calls) <- 300
+	waitReady(t, rr)
+	if rev, ok, _ := rr.get(a); !ok || rev != 300 {
+		t.Fatalf("got %d, %v; want 300", rev, ok)
+	}
+}
