@@ -14,15 +14,7 @@ import (
 // the one in flight finishes first. (Its revision could otherwise predate
 // a write the reconcile already relied on.)
 func TestRevisionReaderAnswersOnlyWithReadsStartedAfterTheAsk(t *testing.T) {
-	calls := make(chan chan int64)
-	rr := newRevisionReader(func(ctx context.Context) (int64, error) {
-		answer := make(chan int64)
-		calls <- answer
-		return <-answer, nil
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = rr.Start(ctx) }()
+	rr, calls := startManualReader(t)
 	a, b := types.NamespacedName{Namespace: "ns", Name: "a"}, types.NamespacedName{Namespace: "ns", Name: "b"}
 
 	if _, ok, _ := rr.get(a); ok {
@@ -102,15 +94,7 @@ func waitReady(t *testing.T, rr *revisionReader) types.NamespacedName {
 // A lock whose need went away (a look saw a valid ledger) is forgotten; when
 // it needs a new ledger again, reads finished before that do not answer it.
 func TestRevisionReaderForgottenAskNeedsANewRead(t *testing.T) {
-	calls := make(chan chan int64)
-	rr := newRevisionReader(func(ctx context.Context) (int64, error) {
-		answer := make(chan int64)
-		calls <- answer
-		return <-answer, nil
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = rr.Start(ctx) }()
+	rr, calls := startManualReader(t)
 	a := types.NamespacedName{Namespace: "ns", Name: "a"}
 	_, _, _ = rr.get(a)
 	(<-calls) <- 100
@@ -124,4 +108,23 @@ func TestRevisionReaderForgottenAskNeedsANewRead(t *testing.T) {
 	if rev, ok, _ := rr.get(a); !ok || rev != 300 {
 		t.Fatalf("got %d, %v; want 300", rev, ok)
 	}
+}
+
+// startManualReader runs a revisionReader whose reads each wait for the
+// test to send the revision on the channel the read hands out.
+func startManualReader(t *testing.T) (*revisionReader, chan chan int64) {
+	calls := make(chan chan int64)
+	rr := newRevisionReader(func(ctx context.Context) (int64, error) {
+		answer := make(chan int64)
+		select {
+		case calls <- answer:
+			return <-answer, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = rr.Start(ctx) }()
+	return rr, calls
 }
