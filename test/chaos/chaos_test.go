@@ -27,6 +27,7 @@ import (
 
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/webhook"
 )
 
 // Window is the staleness window of policy current the checker allows: how
@@ -43,6 +44,9 @@ type settings struct {
 	seed     uint64        // first run's seed; run i uses seed+i
 	parallel int
 	outDir   string
+	// cel: CHAOS_FENCING_MODE=cel runs the fencing rules as the CEL-mode
+	// admission policies instead of the webhook.
+	cel bool
 }
 
 func readSettings(t *testing.T) settings {
@@ -63,6 +67,13 @@ func readSettings(t *testing.T) settings {
 			}
 			*dst = n
 		}
+	}
+	switch v := os.Getenv("CHAOS_FENCING_MODE"); v {
+	case "", "webhook":
+	case "cel":
+		s.cel = true
+	default:
+		t.Fatalf("CHAOS_FENCING_MODE=%q: use webhook or cel", v)
 	}
 	if v := os.Getenv("CHAOS_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
@@ -110,7 +121,11 @@ func TestMain(m *testing.M) {
 func TestChaos(t *testing.T) {
 	s := readSettings(t)
 	ctx := context.Background()
-	env, err := envtestutil.StartAdmissionEnv(ctx, []string{"configmaps"})
+	startEnv := envtestutil.StartAdmissionEnv
+	if s.cel {
+		startEnv = envtestutil.StartCELEnv
+	}
+	env, err := startEnv(ctx, []string{"configmaps"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,11 +352,21 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 		return nil, err
 	}
 	partitions := os.Getenv("CHAOS_PARTITIONS") == "1"
-	proc, err := envtestutil.StartManagerProcessVia(ctx, env.Env, admin, dir, logs, proxy)
+	var procArgs []string
+	secondOpts := envtestutil.ManagerOptions{}
+	if env.CEL {
+		// CHAOS_FENCING_MODE=cel: both managers apply the CEL-mode policies
+		// and keep the bindings; admission runs in the apiserver.
+		procArgs = []string{"--fencing-mode=cel", "--guarded-resources=configmaps", "--excluded-namespaces=kube-system," + envtestutil.ManagerNamespace}
+		if secondOpts.CEL, err = webhook.ParseGuardedResources([]string{"configmaps"}); err != nil {
+			return nil, err
+		}
+	}
+	proc, err := envtestutil.StartManagerProcessVia(ctx, env.Env, admin, dir, logs, proxy, procArgs...)
 	if err != nil {
 		return nil, err
 	}
-	second, err := envtestutil.StartManager(env.Manager, envtestutil.ManagerOptions{})
+	second, err := envtestutil.StartManager(env.Manager, secondOpts)
 	if err != nil {
 		proc.Kill()
 		return nil, err
@@ -385,14 +410,14 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 			case 1:
 				n.count("manager-sigkill")
 				proc.Kill()
-				if proc, err = envtestutil.StartManagerProcessVia(context.Background(), env.Env, admin, dir, logs, proxy); err != nil {
+				if proc, err = envtestutil.StartManagerProcessVia(context.Background(), env.Env, admin, dir, logs, proxy, procArgs...); err != nil {
 					panic(fmt.Sprintf("restarting the manager process: %v", err))
 				}
 			case 2:
 				n.count("authority-restart")
 				_ = second.Stop()
 				sleep(ctx, time.Duration(rng.IntN(2000))*time.Millisecond)
-				if second, err = envtestutil.StartManager(env.Manager, envtestutil.ManagerOptions{}); err != nil {
+				if second, err = envtestutil.StartManager(env.Manager, secondOpts); err != nil {
 					panic(fmt.Sprintf("restarting the in-process authority: %v", err))
 				}
 			case 3:

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,6 +54,8 @@ func ManagerBinary() (string, error) { return BuildBinary("./cmd/manager") }
 type ManagerProcess struct {
 	Cmd  *exec.Cmd
 	done chan error
+	// cel: started with --fencing-mode=cel.
+	cel bool
 }
 
 // StartManagerProcess runs the manager as the manager identity, serving the
@@ -95,7 +98,7 @@ func StartManagerProcessVia(ctx context.Context, env *envtest.Environment, admin
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &ManagerProcess{Cmd: cmd, done: make(chan error, 1)}
+	p := &ManagerProcess{Cmd: cmd, done: make(chan error, 1), cel: slices.Contains(extraArgs, "--fencing-mode=cel")}
 	go func() { p.done <- cmd.Wait() }()
 	if err := p.waitAnswering(ctx, admin); err != nil {
 		p.Kill()
@@ -105,14 +108,21 @@ func StartManagerProcessVia(ctx context.Context, env *envtest.Environment, admin
 }
 
 // waitAnswering waits until the process answers admission: a dry-run create
-// of a fenced object without an epoch is refused by the webhook itself.
+// of a fenced object without an epoch is refused by the webhook itself (in
+// CEL mode: until the policies it applies are enforced).
 func (p *ManagerProcess) waitAnswering(ctx context.Context, admin client.Client) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "probe",
 			Labels: map[string]string{fkv1.LabelLock: "probe"}}}
+		if p.cel {
+			// Admission runs in the apiserver: wait for the policies this
+			// process applies (the base policy refuses an empty lock label).
+			probe.Labels[fkv1.LabelLock] = ""
+		}
 		err := admin.Create(ctx, probe, client.DryRunAll)
-		if err != nil && strings.Contains(err.Error(), "missing epoch") {
+		if err != nil && (strings.Contains(err.Error(), "missing epoch") ||
+			p.cel && fkv1.PolicyDenialReason(err.Error()) == fkv1.AdmissionEmptyLockLabel) {
 			return nil
 		}
 		select {
