@@ -106,7 +106,19 @@ func runOperator(args []string) error {
 		return err
 	}
 	demokit.Emit(who, "candidate", 0, "queued for lock "+*namespace+"/"+lockName)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	err = mgr.Start(ctrl.SetupSignalHandler())
+	// A lost election stops the manager at once, without waiting for the
+	// reconcile in flight. Let the allocation in flight report its outcome
+	// (its write is refused: the term ended) before the process exits; on a
+	// busy machine the resumed reconcile can be slower than the elector's
+	// RenewDeadline.
+	finished := make(chan struct{})
+	go func() { a.mu.Lock(); a.mu.Unlock(); close(finished) }() //nolint:staticcheck // waiting for the holder, not guarding anything
+	select {
+	case <-finished:
+	case <-time.After(5 * time.Second):
+	}
+	return err
 }
 
 // allocator reconciles nodes into ranges.
