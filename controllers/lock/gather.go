@@ -75,7 +75,15 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 	if g.waiterPods, err = r.waiterPods(ctx, lock.Namespace, g.claims, g.ledger); err != nil {
 		return g, err
 	}
-	if (g.ledger.Epoch == 0 || !g.ledger.EpochValid) && nextReadyWaiter(g.claims, g.ledger, g.waiterPods) != nil {
+	switch {
+	case g.cacheBehind:
+		// This reconcile decides nothing (it waits for the cache): asking
+		// now would spend a read whose answer is thrown away. A look that
+		// sees a valid ledger still drops an earlier ask (below).
+		if g.ledger.Epoch != 0 && g.ledger.EpochValid {
+			r.revisions.forget(lock)
+		}
+	case (g.ledger.Epoch == 0 || !g.ledger.EpochValid) && nextReadyWaiter(g.claims, g.ledger, g.waiterPods) != nil:
 		// A new ledger is about to grant: its epochs start at the storage
 		// revision, read live after this look (one quorum list of one item,
 		// shared by every lock waiting for one; see revisionReader).
@@ -84,7 +92,7 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 			return g, err
 		}
 		g.revisionPending = !ok
-	} else {
+	default:
 		// This look needs no new ledger: an earlier ask must not answer a
 		// later need, whose read has to start after the look that sees it
 		// (the Lease may have lived and gone in between, unseen).
