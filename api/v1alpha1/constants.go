@@ -179,6 +179,10 @@ const (
 	AdmissionGarbageCollection  AdmissionReason = "GarbageCollection"
 	AdmissionInvalidDeleteMark  AdmissionReason = "InvalidDeleteMark"
 	AdmissionIdentityMismatch   AdmissionReason = "IdentityMismatch"
+	// AdmissionNoLease (CEL mode only) refuses creating an object fenced by
+	// a lock that has no Lease in the object's namespace; the webhook says
+	// MissingEpoch or FutureEpoch there.
+	AdmissionNoLease AdmissionReason = "NoLease"
 )
 
 // CauseType is the details.causes[].type a denial with this reason carries.
@@ -198,11 +202,22 @@ const PodUIDExtra = "authentication.kubernetes.io/pod-uid"
 // authority registers and the fencing webhook reads.
 const IndexLockName = "spec.lockName"
 
+// LeaseRequiredPolicy is the CEL-mode ValidatingAdmissionPolicy whose
+// per-lock bindings (parameterNotFoundAction Deny) refuse creating an object
+// fenced by a lock that has no Lease in the object's namespace.
+const LeaseRequiredPolicy = "fencekeeper-lease-required"
+
 // PolicyDenialReason reads the fencing reason from the message of a denial
 // by the CEL-mode admission policies ("" when it is not one). A policy
 // cannot set status causes, so its messages start with
-// fencekeeper.io/<Reason>: after the apiserver's "denied request: ".
+// fencekeeper.io/<Reason>: after the apiserver's "denied request: ". The
+// lease-required binding's refusal is the apiserver's own message (no
+// parameter found); it reads as AdmissionNoLease.
 func PolicyDenialReason(message string) AdmissionReason {
+	if strings.Contains(message, "'"+LeaseRequiredPolicy+"' with binding ") &&
+		strings.Contains(message, "denied request: failed to configure binding: no params found") {
+		return AdmissionNoLease
+	}
 	_, rest, ok := strings.Cut(message, "denied request: "+Prefix)
 	if !ok {
 		return ""

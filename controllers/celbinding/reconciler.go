@@ -1,11 +1,12 @@
 // Package celbinding keeps the CEL enforcement mode's per-lock admission
 // policy bindings in line with the locks that exist (docs/design.md §3,
 // webhook/celmode): a lock name gets its MutatingAdmissionPolicyBinding and
-// ValidatingAdmissionPolicyBinding as soon as a claim or a managed Lease
-// names it, and loses them when neither does anywhere in the cluster.
+// its two ValidatingAdmissionPolicyBindings (fencing and lease-required) as
+// soon as a claim or a managed Lease names it, and loses them when neither
+// does anywhere in the cluster.
 //
-// The validating binding is created first and the mutating one only once
-// the validating one is in force on every apiserver (celmode.LoadDelay), and
+// The validating bindings are created first and the mutating one only once
+// they are in force on every apiserver (celmode.LoadDelay), and
 // removed in the opposite order: a mutating binding alone would consume
 // tokens that nothing checks. Until both are in force, presented epochs of
 // the lock are refused (nothing consumes them), so a new lock name's first

@@ -72,8 +72,7 @@ func celAdmission(ctx context.Context, n int, bindingCounts []int) (guarded, ung
 		for ; bound < want; bound++ {
 			// Both at once: these locks have no Lease, so nothing is
 			// consumed or checked either way.
-			m, v := celmode.Bindings(fmt.Sprintf("bench-lock-%d", bound))
-			for _, obj := range []client.Object{v, m} {
+			for _, obj := range celmode.Bindings(fmt.Sprintf("bench-lock-%d", bound)).Objects() {
 				if err := c.Create(ctx, obj); err != nil {
 					return guarded, unguarded, nil, err
 				}

@@ -302,14 +302,15 @@ var _ = Describe("Helm chart", Ordered, func() {
 			for _, obj := range []client.Object{
 				&admissionregistrationv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: celmode.PolicyName}},
 				&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: celmode.PolicyName}},
+				&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: celmode.LeaseRequiredPolicyName}},
 				&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: celmode.BasePolicyName}},
 				&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: celmode.BasePolicyName}},
 			} {
 				Expect(client.IgnoreNotFound(admin.Delete(ctx, obj))).To(Succeed())
 			}
-			m, v := celmode.Bindings("report")
-			Expect(client.IgnoreNotFound(admin.Delete(ctx, m))).To(Succeed())
-			Expect(client.IgnoreNotFound(admin.Delete(ctx, v))).To(Succeed())
+			for _, obj := range celmode.Bindings("report").Objects() {
+				Expect(client.IgnoreNotFound(admin.Delete(ctx, obj))).To(Succeed())
+			}
 		})
 
 		ns, claim := grantedClaim("cel-rbac")

@@ -1,7 +1,7 @@
 // Package celmode is the CEL enforcement mode (docs/design.md §3): the
 // fencing rules as a MutatingAdmissionPolicy and two
 // ValidatingAdmissionPolicies evaluated inside the apiserver, with no webhook
-// hop. The manager applies the policies (Install) and keeps one binding pair
+// hop. The manager applies the policies (Install) and keeps three bindings
 // per lock name whose parameter is the lock's Lease (Bindings, kept in line
 // by controllers/celbinding).
 //
@@ -41,11 +41,19 @@ var policiesYAML []byte
 const (
 	PolicyName     = "fencekeeper-fencing"
 	BasePolicyName = "fencekeeper-fencing-base"
+	// LeaseRequiredPolicyName refuses the creation of an object fenced by a
+	// lock that has no Lease in the object's namespace (its per-lock binding
+	// has parameterNotFoundAction Deny), as the webhook does: no epoch of
+	// that lock was ever issued there, so no create can present one.
+	LeaseRequiredPolicyName = fkv1.LeaseRequiredPolicy
 	// FieldOwner is the server-side-apply field manager of every object
 	// this package writes.
 	FieldOwner = "fencekeeper-cel-mode"
-	// bindingPrefix starts every per-lock binding's name.
-	bindingPrefix = "fencekeeper-lock-"
+	// bindingPrefix starts the name of a lock's mutating and fencing
+	// bindings, leaseRequiredPrefix that of its lease-required binding (no
+	// lock name starts with "-", so the two never collide).
+	bindingPrefix       = "fencekeeper-lock-"
+	leaseRequiredPrefix = "fencekeeper-lock--create-"
 )
 
 // Options shape the policies.
@@ -56,20 +64,21 @@ type Options struct {
 	ExcludedNamespaces []string
 }
 
-// Policies are the policy objects for o: the mutating policy, the two
+// Policies are the policy objects for o: the mutating policy, the three
 // validating policies and the base policy's binding.
 type Policies struct {
-	Mutating    *admissionregistrationv1.MutatingAdmissionPolicy
-	Validating  *admissionregistrationv1.ValidatingAdmissionPolicy
-	Base        *admissionregistrationv1.ValidatingAdmissionPolicy
-	BaseBinding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	Mutating      *admissionregistrationv1.MutatingAdmissionPolicy
+	Validating    *admissionregistrationv1.ValidatingAdmissionPolicy
+	LeaseRequired *admissionregistrationv1.ValidatingAdmissionPolicy
+	Base          *admissionregistrationv1.ValidatingAdmissionPolicy
+	BaseBinding   *admissionregistrationv1.ValidatingAdmissionPolicyBinding
 }
 
 // Objects returns them in apply order: the validating policies (and the
 // base binding) before the mutating one, so that a change never has the
 // mutating policy consume tokens that no validating policy checks.
 func (p Policies) Objects() []client.Object {
-	return []client.Object{p.Validating, p.Base, p.BaseBinding, p.Mutating}
+	return []client.Object{p.Validating, p.LeaseRequired, p.Base, p.BaseBinding, p.Mutating}
 }
 
 // Render builds the policies for o from policies.yaml.
@@ -101,6 +110,9 @@ func Render(o Options) (Policies, error) {
 		case kind == "ValidatingAdmissionPolicy" && name == PolicyName:
 			p.Validating = &admissionregistrationv1.ValidatingAdmissionPolicy{}
 			target = p.Validating
+		case kind == "ValidatingAdmissionPolicy" && name == LeaseRequiredPolicyName:
+			p.LeaseRequired = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			target = p.LeaseRequired
 		case kind == "ValidatingAdmissionPolicy" && name == BasePolicyName:
 			p.Base = &admissionregistrationv1.ValidatingAdmissionPolicy{}
 			target = p.Base
@@ -114,7 +126,7 @@ func Render(o Options) (Policies, error) {
 			return Policies{}, fmt.Errorf("policies.yaml %s %s: %w", kind, name, err)
 		}
 	}
-	if p.Mutating == nil || p.Validating == nil || p.Base == nil || p.BaseBinding == nil {
+	if p.Mutating == nil || p.Validating == nil || p.LeaseRequired == nil || p.Base == nil || p.BaseBinding == nil {
 		return Policies{}, errors.New("policies.yaml: a policy or the base binding is missing")
 	}
 	all := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
@@ -129,6 +141,8 @@ func Render(o Options) (Policies, error) {
 	p.Mutating.Spec.MatchConstraints.NamespaceSelector = ns
 	p.Validating.Spec.MatchConstraints.ResourceRules = rules(o.Guarded, all)
 	p.Validating.Spec.MatchConstraints.NamespaceSelector = ns
+	p.LeaseRequired.Spec.MatchConstraints.ResourceRules = rules(o.Guarded, all[:1])
+	p.LeaseRequired.Spec.MatchConstraints.NamespaceSelector = ns
 	p.Base.Spec.MatchConstraints.ResourceRules = rules(o.Guarded, all)
 	p.Base.Spec.MatchConstraints.NamespaceSelector = ns
 	return p, nil
@@ -159,21 +173,42 @@ func Install(ctx context.Context, c client.Client, p Policies) error {
 	return nil
 }
 
-// BindingName is the name of lock's bindings (both kinds): the lock name
-// after a prefix, or a hash of it when that would be too long.
-func BindingName(lock string) string {
-	if n := bindingPrefix + lock; len(n) <= 253 {
+// BindingName is the name of lock's mutating and fencing bindings: the
+// lock name after a prefix, or a hash of it when that would be too long.
+func BindingName(lock string) string { return prefixed(bindingPrefix, lock) }
+
+// LeaseRequiredBindingName is the name of lock's lease-required binding.
+func LeaseRequiredBindingName(lock string) string { return prefixed(leaseRequiredPrefix, lock) }
+
+func prefixed(prefix, lock string) string {
+	if n := prefix + lock; len(n) <= 253 {
 		return n
 	}
 	sum := sha256.Sum256([]byte(lock))
-	return bindingPrefix + hex.EncodeToString(sum[:16])
+	return prefix + hex.EncodeToString(sum[:16])
 }
 
-// Bindings are the two per-lock bindings: objects labelled with lock are
-// checked against the Lease named lock in their own namespace. A missing
-// Lease skips them (parameterNotFoundAction Allow): the base policy then
-// refuses any presented epoch, because the mutating one did not consume it.
-func Bindings(lock string) (*admissionregistrationv1.MutatingAdmissionPolicyBinding, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+// LockBindings are one lock's three bindings. Objects labelled with the
+// lock are checked against the Lease named after it in their own namespace.
+// Where that Lease is missing, Mutating and Validating are skipped
+// (parameterNotFoundAction Allow: metadata-only writes, the garbage
+// collector and namespace deletion must still pass), and the base policy
+// refuses any presented epoch, because the mutating one did not consume it;
+// LeaseRequired (Deny) refuses every create.
+type LockBindings struct {
+	Mutating      *admissionregistrationv1.MutatingAdmissionPolicyBinding
+	Validating    *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	LeaseRequired *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+}
+
+// Objects returns the bindings in creation order (the validating ones
+// first; removal goes the other way).
+func (b LockBindings) Objects() []client.Object {
+	return []client.Object{b.Validating, b.LeaseRequired, b.Mutating}
+}
+
+// Bindings returns lock's bindings.
+func Bindings(lock string) LockBindings {
 	meta := metav1.ObjectMeta{
 		Name:   BindingName(lock),
 		Labels: map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue, fkv1.LabelLock: lock},
@@ -199,7 +234,11 @@ func Bindings(lock string) (*admissionregistrationv1.MutatingAdmissionPolicyBind
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}
-	return m, v
+	lr := v.DeepCopy()
+	lr.Name = LeaseRequiredBindingName(lock)
+	lr.Spec.PolicyName = LeaseRequiredPolicyName
+	lr.Spec.ParamRef.ParameterNotFoundAction = ptr.To(admissionregistrationv1.DenyAction)
+	return LockBindings{Mutating: m, Validating: v, LeaseRequired: lr}
 }
 
 // LockOf returns the lock a per-lock binding is for ("" for other objects).
@@ -257,8 +296,8 @@ func copySpec(from, to client.Object) error {
 // long, plus a second for creationTimestamp's whole-second precision.
 const LoadDelay = 3 * time.Second
 
-// EnsureBindings creates or repairs lock's two bindings, the validating one
-// first: while only the mutating binding were in force, tokens would be
+// EnsureBindings creates or repairs lock's three bindings, the validating
+// ones first: while only the mutating binding were in force, tokens would be
 // consumed into the watermark and nothing would check them. The mutating
 // binding is created only once the validating one has been in force for
 // LoadDelay; until then EnsureBindings returns how long to wait (and
@@ -266,8 +305,12 @@ const LoadDelay = 3 * time.Second
 // validating binding younger than that with a mutating one beside it (someone
 // deleted and re-created it) has the mutating one removed first.
 func EnsureBindings(ctx context.Context, c client.Client, lock string, now time.Time) (time.Duration, error) {
-	m, v := Bindings(lock)
+	b := Bindings(lock)
+	m, v := b.Mutating, b.Validating
 	if err := apply(ctx, c, v); err != nil {
+		return 0, err
+	}
+	if err := apply(ctx, c, b.LeaseRequired); err != nil {
 		return 0, err
 	}
 	if age := now.Sub(v.CreationTimestamp.Time); age < LoadDelay+time.Second {
@@ -279,11 +322,12 @@ func EnsureBindings(ctx context.Context, c client.Client, lock string, now time.
 	return 0, apply(ctx, c, m)
 }
 
-// RemoveBindings deletes lock's two bindings, the mutating one first; it
+// RemoveBindings deletes lock's three bindings, the mutating one first; it
 // returns how long to wait before calling again when the validating one
 // must outlive the mutating one by LoadDelay (absent bindings are fine).
 func RemoveBindings(ctx context.Context, c client.Client, lock string) (time.Duration, error) {
-	m, v := Bindings(lock)
+	b := Bindings(lock)
+	m, v := b.Mutating, b.Validating
 	err := c.Get(ctx, client.ObjectKeyFromObject(m), m)
 	switch {
 	case err == nil:
@@ -294,8 +338,10 @@ func RemoveBindings(ctx context.Context, c client.Client, lock string) (time.Dur
 	case !apierrors.IsNotFound(err):
 		return 0, fmt.Errorf("reading %s: %w", m.Name, err)
 	}
-	if err := c.Delete(ctx, v); client.IgnoreNotFound(err) != nil {
-		return 0, fmt.Errorf("deleting %s: %w", v.Name, err)
+	for _, vb := range []client.Object{b.LeaseRequired, v} {
+		if err := c.Delete(ctx, vb); client.IgnoreNotFound(err) != nil {
+			return 0, fmt.Errorf("deleting %s: %w", vb.GetName(), err)
+		}
 	}
 	return 0, nil
 }
