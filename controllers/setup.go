@@ -129,7 +129,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	switch o.FencingMode {
 	case "", FencingModeWebhook:
 	case FencingModeCEL:
-		return setupCELMode(mgr, o, copts)
+		// The webhook still serves the scale subresource (a Scale carries
+		// no labels for a policy binding to select).
+		if err := setupCELMode(mgr, o, copts); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("unknown fencing mode %q: use %q or %q", o.FencingMode, FencingModeWebhook, FencingModeCEL)
 	}

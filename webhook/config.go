@@ -76,6 +76,10 @@ type ConfigOptions struct {
 	// manager's own namespace).
 	ExcludedNamespaces []string
 	TimeoutSeconds     int32
+	// ScaleOnly leaves out the webhook for the objects themselves: in CEL
+	// mode admission policies fence them, but a Scale carries no labels for
+	// a policy binding to select, so the scale webhook stays.
+	ScaleOnly bool
 }
 
 // FencingWebhookConfiguration builds the MutatingWebhookConfiguration: only
@@ -134,10 +138,14 @@ func FencingWebhookConfiguration(o ConfigOptions) *admissionregistrationv1.Mutat
 	// kind is sent, and the handler reads the object to see whether it is
 	// fenced.
 	scale := hook(ScaleWebhookName, scaleRules)
+	webhooks := []admissionregistrationv1.MutatingWebhook{fenced, scale}
+	if o.ScaleOnly {
+		webhooks = webhooks[1:]
+	}
 	return &admissionregistrationv1.MutatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-fencing", Labels: map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue}},
-		Webhooks:   []admissionregistrationv1.MutatingWebhook{fenced, scale},
+		Webhooks:   webhooks,
 	}
 }
 

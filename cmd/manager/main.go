@@ -136,8 +136,9 @@ func main() {
 			os.Exit(1)
 		}
 		wiring.ExcludedNamespaces = splitList(excludedNamespaces)
-		// The fencing rules run inside the apiserver: no webhook to serve.
-		enableWebhook, wiring.Webhook = false, false
+		// The fencing rules run inside the apiserver; the webhook server
+		// still answers for the scale subresource (the chart registers only
+		// that webhook in this mode).
 	default:
 		log.Error(nil, "invalid --fencing-mode (or $FENCING_MODE): use webhook or cel", "got", fencingMode)
 		os.Exit(1)

@@ -87,8 +87,9 @@ func run(o options) error {
 	if o.fencingMode != "webhook" && o.fencingMode != "cel" {
 		return fmt.Errorf("FENCING_MODE (--fencing-mode) must be webhook or cel, not %q", o.fencingMode)
 	}
-	if o.manager != "" && o.fencingMode == "webhook" {
-		if err := envtestutil.WithFencingWebhook(env, strings.Split(o.guarded, ",")); err != nil {
+	if o.manager != "" {
+		// CEL mode keeps only the webhook for the scale subresource.
+		if err := envtestutil.WithWebhook(env, strings.Split(o.guarded, ","), o.fencingMode == "cel"); err != nil {
 			return err
 		}
 	}
@@ -155,7 +156,7 @@ func run(o options) error {
 		}
 		how := "fencing webhook registered for " + o.guarded
 		if o.fencingMode == "cel" {
-			how = "CEL mode: the manager applies the fencing admission policies for " + o.guarded
+			how = "CEL mode: the manager applies the fencing admission policies for " + o.guarded + " (and serves the webhook for their scale subresource)"
 		}
 		fmt.Printf(">> managed-Lease guard installed (only %q may rewrite managed Leases); %s\n", envtestutil.ManagerUser, how)
 		cmd, err := startManager(o, mkc, &env.WebhookInstallOptions)
@@ -205,10 +206,9 @@ func writeKubeconfig(user *envtest.AuthenticatedUser, dir, name string) (string,
 func startManager(o options, kubeconfig string, wh *envtest.WebhookInstallOptions) (*exec.Cmd, error) {
 	args := []string{"--kubeconfig", kubeconfig, "--metrics-bind-address", o.metricsAddr, "--health-probe-bind-address", o.probeAdr,
 		"--fencing-mode", o.fencingMode}
+	args = append(args, "--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir)
 	if o.fencingMode == "cel" {
 		args = append(args, "--guarded-resources", o.guarded, "--excluded-namespaces", "kube-system,"+envtestutil.ManagerNamespace)
-	} else {
-		args = append(args, "--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir)
 	}
 	cmd := exec.Command(o.manager, args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,8 @@ func startBed(t testing.TB, mode string) *bed {
 	if mode == modeCEL {
 		start = envtestutil.StartCELEnvWithManager
 	}
-	env := start(t, []string{"configmaps"})
+	// Reports (test/crds) have a scale subresource: rule 7.
+	env := start(t, []string{"configmaps", "reports.reports.example.com/v1"}, filepath.Join(envtestutil.RepoRoot(), "test", "crds"))
 	b := &bed{t: t, mode: mode, env: env}
 	b.admin = newClient(t, env.Admin)
 	var err2 error

@@ -14,6 +14,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -329,6 +330,7 @@ func TestCELMode(t *testing.T) {
 				t.Run(tc.name, func(t *testing.T) { runCase(t, b, tc) })
 			}
 			t.Run("current after a handoff", func(t *testing.T) { currentAfterHandoff(t, b) })
+			t.Run("scale subresource", func(t *testing.T) { scaleFenced(t, b) })
 		})
 	}
 }
@@ -455,4 +457,61 @@ func currentAfterHandoff(t *testing.T, b *bed) {
 	if b.mode == modeWebhook && accepted > 0 {
 		t.Fatalf("the webhook let %d late writes of an old holder through", accepted)
 	}
+}
+
+// scaleFenced checks rule 7 in both modes: a write to the scale subresource
+// of a guarded kind presents its epoch on the Scale and is fenced like a
+// write of the object. A Scale carries no labels for a policy binding to
+// select, so CEL mode keeps the scale webhook; without it these writes
+// would all pass.
+func scaleFenced(t *testing.T, b *bed) {
+	b.t = t
+	ctx := context.Background()
+	ns := b.namespace()
+	s := &scen{b: b, ns: ns}
+	w1 := b.hold(ns, lockName, "w1")
+	key := client.ObjectKey{Namespace: ns, Name: "scaled"}
+	report := func() *unstructured.Unstructured {
+		r := &unstructured.Unstructured{}
+		r.SetAPIVersion("reports.example.com/v1")
+		r.SetKind("Report")
+		r.SetNamespace(key.Namespace)
+		r.SetName(key.Name)
+		return r
+	}
+	r := report()
+	r.SetLabels(map[string]string{fkv1.LabelLock: lockName})
+	r.SetAnnotations(map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(w1.Status.Epoch)})
+	r.Object["spec"] = map[string]any{"body": "v1", "replicas": int64(1)}
+	s.must(b.admin.Create(ctx, r))
+	replicas := func() int64 {
+		got := report()
+		s.must(b.admin.Get(ctx, key, got))
+		n, _, _ := unstructured.NestedInt64(got.Object, "spec", "replicas")
+		return n
+	}
+	scale := func(epoch int64, n int) error {
+		ann := ""
+		if epoch != 0 {
+			ann = fmt.Sprintf(`"metadata":{"annotations":{%q:%q}},`, fkv1.AnnotationEpoch, fkv1.FormatEpoch(epoch))
+		}
+		body := fmt.Sprintf(`{%s"spec":{"replicas":%d}}`, ann, n)
+		return b.admin.SubResource("scale").Patch(ctx, report(), client.RawPatch(types.MergePatchType, []byte(body)))
+	}
+	expect := func(step string, err error, want fkv1.AdmissionReason, wantReplicas int64) {
+		t.Helper()
+		if got := reasonOf(err); got != want {
+			t.Fatalf("%s: got %q (%v), want %q", step, got, err, want)
+		}
+		if got := replicas(); got != wantReplicas {
+			t.Fatalf("%s: the object has %d replicas, want %d", step, got, wantReplicas)
+		}
+	}
+	expect("a scale presenting no epoch", scale(0, 5), fkv1.AdmissionMissingEpoch, 1)
+	expect("the holder scales presenting its epoch", scale(w1.Status.Epoch, 2), "", 2)
+	b.release(w1)
+	w2 := b.hold(ns, lockName, "w2")
+	b.settleGone(ns, lockName, w1.Status.Epoch)
+	expect("the old holder scales after the handoff", scale(w1.Status.Epoch, 7), fkv1.AdmissionNotCurrentEpoch, 2)
+	expect("the new holder scales", scale(w2.Status.Epoch, 3), "", 3)
 }

@@ -112,11 +112,14 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Entry("unknown fencing mode", "fencing.mode=both", "value must be one of 'webhook', 'cel'"),
 	)
 
-	It("in CEL mode renders no fencing webhook and tells the manager the mode, the guarded kinds and the skipped namespaces", func() {
+	It("in CEL mode renders only the scale webhook and tells the manager the mode, the guarded kinds and the skipped namespaces", func() {
 		out, errOut, err := helm("template", "fk", chartDir, "--namespace", "fencekeeper-system", "--set", "fencing.mode=cel",
 			"--set", "guardedResources={configmaps,reports.reports.example.com/v1}", "--set", "webhook.excludedNamespaces={monitoring}")
 		Expect(err).NotTo(HaveOccurred(), errOut)
-		Expect(out).NotTo(ContainSubstring("kind: MutatingWebhookConfiguration"))
+		Expect(out).To(ContainSubstring("kind: MutatingWebhookConfiguration"))
+		Expect(out).To(ContainSubstring("- name: " + webhook.ScaleWebhookName + "\n"))
+		Expect(out).NotTo(ContainSubstring("- name: " + webhook.FencingWebhookName + "\n"))
+		Expect(out).To(ContainSubstring(`resources: ["reports/scale"]`))
 		Expect(out).To(ContainSubstring("- --fencing-mode=cel\n"))
 		Expect(out).To(ContainSubstring("- --guarded-resources=configmaps,reports.reports.example.com/v1\n"))
 		Expect(out).To(ContainSubstring("- --excluded-namespaces=kube-system,fencekeeper-system,monitoring\n"))
@@ -282,12 +285,13 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Expect(err.Error()).To(ContainSubstring("was never issued"))
 	})
 
-	It("in CEL mode gives the manager what it needs to apply the policies and bind each lock, and fencing works without a webhook", func() {
+	It("in CEL mode gives the manager what it needs to apply the policies and bind each lock, and fencing works without the object webhook", func() {
 		out, errOut, err := helm("install", "fk", chartDir, "-n", "fencekeeper-system", "--create-namespace",
 			"--set", "crds.keep=false", "--set", "fencing.mode=cel")
 		Expect(err).NotTo(HaveOccurred(), out+errOut)
 		DeferCleanup(func() { _, _, _ = helm("uninstall", "fk", "-n", "fencekeeper-system") })
-		Expect(apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Name: "fk-fencekeeper-fencing"}, &admissionregistrationv1.MutatingWebhookConfiguration{}))).To(BeTrue())
+		// Only the scale webhook is registered (configmaps have no scale).
+		Expect(webhookConfig().Webhooks).To(ConsistOf(HaveField("Name", webhook.ScaleWebhookName)))
 
 		sa := "system:serviceaccount:fencekeeper-system:fk-fencekeeper"
 		asSA := rest.CopyConfig(adminCfg)

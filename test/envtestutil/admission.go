@@ -38,7 +38,13 @@ const ManagerUser = "fencekeeper-manager"
 // certificate (in WebhookInstallOptions.LocalServingCertDir) and points the
 // configuration at LocalServingHost:LocalServingPort.
 func WithFencingWebhook(env *envtest.Environment, guarded []string) error {
-	cfg, err := localWebhookConfig(guarded)
+	return WithWebhook(env, guarded, false)
+}
+
+// WithWebhook is WithFencingWebhook, with only the scale webhook when
+// scaleOnly is set (CEL mode: admission policies fence the objects).
+func WithWebhook(env *envtest.Environment, guarded []string, scaleOnly bool) error {
+	cfg, err := localWebhookConfig(guarded, scaleOnly)
 	if err != nil {
 		return err
 	}
@@ -51,7 +57,7 @@ func WithFencingWebhook(env *envtest.Environment, guarded []string) error {
 // running control plane; call Install(cfg) to generate the certificate and
 // register it, Cleanup to remove the certificate directory.
 func LocalWebhook(_ *envtest.Environment, guarded []string) *envtest.WebhookInstallOptions {
-	cfg, err := localWebhookConfig(guarded)
+	cfg, err := localWebhookConfig(guarded, false)
 	if err != nil {
 		panic(err)
 	}
@@ -62,7 +68,7 @@ func LocalWebhook(_ *envtest.Environment, guarded []string) *envtest.WebhookInst
 	}
 }
 
-func localWebhookConfig(guarded []string) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+func localWebhookConfig(guarded []string, scaleOnly bool) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	g, err := webhook.ParseGuardedResources(guarded)
 	if err != nil {
 		return nil, err
@@ -74,6 +80,7 @@ func localWebhookConfig(guarded []string) (*admissionregistrationv1.MutatingWebh
 			Name: "local", Namespace: ManagerNamespace, Path: ptr.To(webhook.FencingPath[1:]),
 		}},
 		ExcludedNamespaces: []string{"kube-system", ManagerNamespace},
+		ScaleOnly:          scaleOnly,
 	}), nil
 }
 
@@ -242,9 +249,9 @@ func StartAdmissionEnv(ctx context.Context, guarded []string, extraCRDDirs ...st
 	return startAdmissionEnv(ctx, guarded, false, extraCRDDirs...)
 }
 
-// StartCELEnv is StartAdmissionEnv in CEL enforcement mode: no webhook is
-// registered; managers started with StartManager apply the CEL-mode
-// policies and keep their bindings.
+// StartCELEnv is StartAdmissionEnv in CEL enforcement mode: only the scale
+// webhook is registered; managers started with StartManager apply the
+// CEL-mode policies, keep their bindings and serve that webhook.
 func StartCELEnv(ctx context.Context, guarded []string, extraCRDDirs ...string) (*AdmissionEnv, error) {
 	return startAdmissionEnv(ctx, guarded, true, extraCRDDirs...)
 }
@@ -255,10 +262,8 @@ func startAdmissionEnv(ctx context.Context, guarded []string, cel bool, extraCRD
 		return nil, err
 	}
 	env.CRDDirectoryPaths = append(env.CRDDirectoryPaths, extraCRDDirs...)
-	if !cel {
-		if err := WithFencingWebhook(env, guarded); err != nil {
-			return nil, err
-		}
+	if err := WithWebhook(env, guarded, cel); err != nil {
+		return nil, err
 	}
 	admin, err := env.Start()
 	if err != nil {
@@ -286,7 +291,7 @@ func (a *AdmissionEnv) StartManager() (*Manager, error) {
 		if err != nil {
 			return nil, err
 		}
-		return StartManager(a.Manager, ManagerOptions{CEL: g})
+		return StartManager(a.Manager, ManagerOptions{CEL: g, Webhook: &a.Env.WebhookInstallOptions})
 	}
 	return StartManager(a.Manager, ManagerOptions{Webhook: &a.Env.WebhookInstallOptions})
 }

@@ -35,7 +35,8 @@ type ManagerOptions struct {
 	// MaxWaitersPerLock for the lock controller (0: its default).
 	MaxWaitersPerLock int
 	// CEL, when set, runs CEL enforcement mode for these kinds (policies
-	// and per-lock bindings) instead of serving the webhook.
+	// and per-lock bindings); with Webhook also set, the manager serves the
+	// scale webhook of that mode too.
 	CEL []webhook.GuardedResource
 }
 
