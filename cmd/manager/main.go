@@ -50,9 +50,9 @@ func main() {
 	flag.StringVar(&leaderElectNamespace, "leader-election-namespace", "",
 		"Namespace of the leader-election Lease (default: the pod's namespace, required out of cluster).")
 	flag.IntVar(&concurrency, "lock-concurrency", 4, "Locks reconciled in parallel.")
-	flag.BoolVar(&enableWebhook, "enable-fencing-webhook", true, "Serve the fencing admission webhook (--fencing-mode=webhook only).")
+	flag.BoolVar(&enableWebhook, "enable-fencing-webhook", true, "Serve the fencing admission webhook (in --fencing-mode=cel it answers only for the scale subresource).")
 	flag.StringVar(&fencingMode, "fencing-mode", envOr("FENCING_MODE", controllers.FencingModeWebhook),
-		"How fenced writes are checked: \"webhook\" (the fencing admission webhook) or \"cel\" (admission policies inside the apiserver, which the manager applies and binds per lock; default $FENCING_MODE or webhook).")
+		"How fenced writes are checked: \"webhook\" (the fencing admission webhook) or \"cel\" (admission policies inside the apiserver, which the manager applies and binds per lock, plus the webhook for the scale subresource; default $FENCING_MODE or webhook).")
 	flag.StringVar(&guarded, "guarded-resources", "configmaps",
 		"Comma-separated kinds the CEL-mode policies guard, RESOURCE[.GROUP][/VERSION] (--fencing-mode=cel; in webhook mode the webhook configuration lists them).")
 	flag.StringVar(&excludedNamespaces, "excluded-namespaces", "kube-system",
@@ -78,6 +78,37 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
+
+	// Flags are checked before anything connects, so a typo fails at once.
+	if expiredRetention < 0 {
+		log.Error(nil, "--expired-claim-retention must be 0 (keep Expired claims) or positive", "got", expiredRetention.String())
+		os.Exit(1)
+	}
+	if maxWaiters < 0 {
+		log.Error(nil, "--max-waiters-per-lock must be 0 (no limit) or positive", "got", maxWaiters)
+		os.Exit(1)
+	}
+	if maxWaiters == 0 {
+		maxWaiters = -1 // Setup's "no limit"
+	}
+	wiring := controllers.Options{Concurrency: concurrency, Webhook: enableWebhook, ExpiredClaimRetention: expiredRetention, MaxWaitersPerLock: maxWaiters,
+		FencingMode: fencingMode}
+	switch fencingMode {
+	case controllers.FencingModeWebhook:
+	case controllers.FencingModeCEL:
+		var err error
+		if wiring.Guarded, err = fencewebhook.ParseGuardedResources(splitList(guarded)); err != nil {
+			log.Error(err, "invalid --guarded-resources")
+			os.Exit(1)
+		}
+		wiring.ExcludedNamespaces = splitList(excludedNamespaces)
+		// The fencing rules run inside the apiserver; the webhook server
+		// still answers for the scale subresource (the chart registers only
+		// that webhook in this mode).
+	default:
+		log.Error(nil, "invalid --fencing-mode (or $FENCING_MODE): use webhook or cel", "got", fencingMode)
+		os.Exit(1)
+	}
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
@@ -115,34 +146,6 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if expiredRetention < 0 {
-		log.Error(nil, "--expired-claim-retention must be 0 (keep Expired claims) or positive", "got", expiredRetention.String())
-		os.Exit(1)
-	}
-	if maxWaiters < 0 {
-		log.Error(nil, "--max-waiters-per-lock must be 0 (no limit) or positive", "got", maxWaiters)
-		os.Exit(1)
-	}
-	if maxWaiters == 0 {
-		maxWaiters = -1 // Setup's "no limit"
-	}
-	wiring := controllers.Options{Concurrency: concurrency, Webhook: enableWebhook, ExpiredClaimRetention: expiredRetention, MaxWaitersPerLock: maxWaiters,
-		FencingMode: fencingMode}
-	switch fencingMode {
-	case controllers.FencingModeWebhook:
-	case controllers.FencingModeCEL:
-		if wiring.Guarded, err = fencewebhook.ParseGuardedResources(splitList(guarded)); err != nil {
-			log.Error(err, "invalid --guarded-resources")
-			os.Exit(1)
-		}
-		wiring.ExcludedNamespaces = splitList(excludedNamespaces)
-		// The fencing rules run inside the apiserver; the webhook server
-		// still answers for the scale subresource (the chart registers only
-		// that webhook in this mode).
-	default:
-		log.Error(nil, "invalid --fencing-mode (or $FENCING_MODE): use webhook or cel", "got", fencingMode)
-		os.Exit(1)
-	}
 	if enableWebhook {
 		ready, err := setupCertRotation(mgr, certs)
 		if err != nil {
