@@ -104,8 +104,15 @@ func FencingWebhookConfiguration(o ConfigOptions) *admissionregistrationv1.Mutat
 			},
 		})
 	}
-	var scaleRules []admissionregistrationv1.RuleWithOperations
+	// Writes to status are sent too (their objects carry the labels): some
+	// built-in kinds keep the metadata a status write changes.
 	for _, r := range rules {
+		r.Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
+		r.Resources = []string{r.Resources[0] + "/status"}
+		rules = append(rules, r)
+	}
+	var scaleRules []admissionregistrationv1.RuleWithOperations
+	for _, r := range rules[:len(o.Guarded)] {
 		r.Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
 		r.Resources = []string{r.Resources[0] + "/scale"}
 		scaleRules = append(scaleRules, r)

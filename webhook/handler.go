@@ -70,8 +70,11 @@ func (h *FencingHandler) Handle(ctx context.Context, req admission.Request) admi
 }
 
 func (h *FencingHandler) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
-	if req.SubResource == "scale" {
+	switch req.SubResource {
+	case "scale":
 		return h.handleScale(ctx, req)
+	case "status":
+		return handleStatus(req)
 	}
 	r := fencing.Request{Op: fencing.Operation(req.Operation)}
 	var err error
@@ -141,6 +144,27 @@ func (h *FencingHandler) decide(ctx context.Context, req admission.Request, r fe
 		return admission.Allowed(string(d.Reason)), string(d.Reason)
 	}
 	return consume(req.Object.Raw, r.New, d), string(d.Reason)
+}
+
+// handleStatus keeps the fencing metadata out of reach of status writes
+// (fencing.StatusWrite); their content is not checked.
+func handleStatus(req admission.Request) (admission.Response, string) {
+	if req.Operation != admissionv1.Update {
+		return admission.Allowed("fencekeeper checks only UPDATE of status"), "OperationNotChecked"
+	}
+	newObj, err := decode(req.Object.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err), "DecodeError"
+	}
+	oldObj, err := decode(req.OldObject.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err), "DecodeError"
+	}
+	d := fencing.StatusWrite(oldObj, newObj)
+	if !d.Allowed {
+		return denied(d), string(d.Reason)
+	}
+	return admission.Allowed(string(d.Reason)), string(d.Reason)
 }
 
 // handleScale checks a write to the scale subresource of a guarded kind like

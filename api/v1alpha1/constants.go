@@ -183,6 +183,10 @@ const (
 	// a lock that has no Lease in the object's namespace; the webhook says
 	// MissingEpoch or FutureEpoch there.
 	AdmissionNoLease AdmissionReason = "NoLease"
+	// AdmissionStatusChangesFencing refuses a write to the status
+	// subresource that changes the fencing label or a fencekeeper.io/
+	// annotation (some built-in kinds keep metadata changes made there).
+	AdmissionStatusChangesFencing AdmissionReason = "StatusChangesFencing"
 )
 
 // CauseType is the details.causes[].type a denial with this reason carries.

@@ -54,7 +54,8 @@ func startBed(t testing.TB, mode string) *bed {
 		start = envtestutil.StartCELEnvWithManager
 	}
 	// Reports (test/crds) have a scale subresource: rule 7.
-	env := start(t, []string{"configmaps", "reports.reports.example.com/v1"}, filepath.Join(envtestutil.RepoRoot(), "test", "crds"))
+	// Deployments keep the annotations a status write sends (statusWrites).
+	env := start(t, []string{"configmaps", "reports.reports.example.com/v1", "deployments.apps/v1"}, filepath.Join(envtestutil.RepoRoot(), "test", "crds"))
 	b := &bed{t: t, mode: mode, env: env}
 	b.admin = newClient(t, env.Admin)
 	var err2 error

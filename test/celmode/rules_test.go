@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -331,6 +332,7 @@ func TestCELMode(t *testing.T) {
 			}
 			t.Run("current after a handoff", func(t *testing.T) { currentAfterHandoff(t, b) })
 			t.Run("scale subresource", func(t *testing.T) { scaleFenced(t, b) })
+			t.Run("status subresource", func(t *testing.T) { statusWrites(t, b) })
 		})
 	}
 }
@@ -514,4 +516,58 @@ func scaleFenced(t *testing.T, b *bed) {
 	b.settleGone(ns, lockName, w1.Status.Epoch)
 	expect("the old holder scales after the handoff", scale(w1.Status.Epoch, 7), fkv1.AdmissionNotCurrentEpoch, 2)
 	expect("the new holder scales", scale(w2.Status.Epoch, 3), "", 3)
+}
+
+// statusWrites: a status write is not fenced (rule 7), but a Deployment
+// keeps the annotations its status writes send, so there the fencing
+// metadata must not change: otherwise a stale holder could open the object
+// to any identity, relax it to monotonic or lower its watermark, then
+// write with its old epoch.
+func statusWrites(t *testing.T, b *bed) {
+	b.t = t
+	ctx := context.Background()
+	ns := b.namespace()
+	s := &scen{b: b, ns: ns}
+	w1 := b.hold(ns, lockName, "w1")
+	labels := map[string]string{"app": "report"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report",
+			Labels:      map[string]string{fkv1.LabelLock: lockName},
+			Annotations: map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(w1.Status.Epoch)}},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "report:1"}}}},
+		},
+	}
+	s.must(b.admin.Create(ctx, d))
+	status := func(body string) error {
+		return b.mallory.Status().Patch(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report"}},
+			client.RawPatch(types.MergePatchType, []byte(body)))
+	}
+	stored := func() map[string]string {
+		var got appsv1.Deployment
+		s.must(b.admin.Get(ctx, client.ObjectKeyFromObject(d), &got))
+		return got.Annotations
+	}
+	for _, tc := range []struct{ name, body string }{
+		{"open it to any identity", fmt.Sprintf(`{"metadata":{"annotations":{%q:"any"}}}`, fkv1.AnnotationFenceIdentity)},
+		{"relax it to monotonic", fmt.Sprintf(`{"metadata":{"annotations":{%q:"monotonic"}}}`, fkv1.AnnotationFencePolicy)},
+		{"lower the watermark", fmt.Sprintf(`{"metadata":{"annotations":{%q:"1"}}}`, fkv1.AnnotationFencedEpoch)},
+		{"remove the watermark", fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, fkv1.AnnotationFencedEpoch)},
+	} {
+		before := stored()
+		if got := reasonOf(status(tc.body)); got != fkv1.AdmissionStatusChangesFencing {
+			t.Fatalf("a status write meant to %s got %q, want StatusChangesFencing", tc.name, got)
+		}
+		if after := stored(); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatalf("a refused status write meant to %s changed the annotations: %v -> %v", tc.name, before, after)
+		}
+	}
+	// What the deployment controller sends passes: status, and metadata
+	// that is not fencekeeper's.
+	s.must(status(`{"metadata":{"annotations":{"example.com/note":"x"}},"status":{"observedGeneration":1,"replicas":0}}`))
+	if got := stored(); got[fkv1.AnnotationFencedEpoch] != fkv1.FormatEpoch(w1.Status.Epoch) || got["example.com/note"] != "x" {
+		t.Fatalf("after an allowed status write the annotations are %v", got)
+	}
 }

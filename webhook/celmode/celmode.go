@@ -143,7 +143,8 @@ func Render(o Options) (Policies, error) {
 	p.Validating.Spec.MatchConstraints.NamespaceSelector = ns
 	p.LeaseRequired.Spec.MatchConstraints.ResourceRules = rules(o.Guarded, all[:1])
 	p.LeaseRequired.Spec.MatchConstraints.NamespaceSelector = ns
-	p.Base.Spec.MatchConstraints.ResourceRules = rules(o.Guarded, all)
+	// The base policy also sees status writes (fencingMetaChanged).
+	p.Base.Spec.MatchConstraints.ResourceRules = append(rules(o.Guarded, all), subresourceRules(o.Guarded, "status")...)
 	p.Base.Spec.MatchConstraints.NamespaceSelector = ns
 	return p, nil
 }
@@ -158,6 +159,15 @@ func rules(guarded []webhook.GuardedResource, ops []admissionregistrationv1.Oper
 				Scope: ptr.To(admissionregistrationv1.NamespacedScope),
 			},
 		}})
+	}
+	return out
+}
+
+// subresourceRules match UPDATE of sub of the guarded kinds.
+func subresourceRules(guarded []webhook.GuardedResource, sub string) []admissionregistrationv1.NamedRuleWithOperations {
+	out := rules(guarded, []admissionregistrationv1.OperationType{admissionregistrationv1.Update})
+	for i := range out {
+		out[i].Resources = []string{out[i].Resources[0] + "/" + sub}
 	}
 	return out
 }

@@ -423,3 +423,31 @@ func addsOwner(old, obj *unstructured.Unstructured) bool {
 	}
 	return false
 }
+
+// StatusWrite decides a write to the status subresource of a fenced
+// object. Its content is not fenced (rule 7), but some built-in kinds
+// (Deployments, for one) keep the annotations a status write sends, so the
+// fencing metadata must not change there: the lock label, the watermark,
+// the policy and identity opt-outs, a token or a deletion mark.
+func StatusWrite(old, obj *unstructured.Unstructured) Decision {
+	if old == nil || obj == nil {
+		return Decision{Allowed: true, Reason: fkv1.AdmissionMetadataOnly}
+	}
+	if old.GetLabels()[fkv1.LabelLock] != obj.GetLabels()[fkv1.LabelLock] {
+		return statusDenial(fkv1.LabelLock + " label")
+	}
+	oldA, newA := old.GetAnnotations(), obj.GetAnnotations()
+	for _, pair := range [][2]map[string]string{{oldA, newA}, {newA, oldA}} {
+		for k, v := range pair[0] {
+			if w, ok := pair[1][k]; strings.HasPrefix(k, fkv1.Prefix) && (!ok || w != v) {
+				return statusDenial("annotation " + k)
+			}
+		}
+	}
+	return Decision{Allowed: true, Reason: fkv1.AdmissionMetadataOnly}
+}
+
+func statusDenial(what string) Decision {
+	return Decision{Code: http.StatusForbidden, Reason: fkv1.AdmissionStatusChangesFencing,
+		Message: "a write to the status subresource cannot change the " + what + " of a fenced object: write the object itself, presenting your epoch"}
+}
