@@ -147,7 +147,11 @@ func (h *FencingHandler) decide(ctx context.Context, req admission.Request, r fe
 }
 
 // handleStatus keeps the fencing metadata out of reach of status writes
-// (fencing.StatusWrite); their content is not checked.
+// (fencing.StatusWrite); their content is not checked. This webhook sees
+// the request before the kind's status strategy, which for custom resources
+// drops every metadata change anyway, so a change of the fencing metadata
+// is put back (a JSON patch) rather than refused: the write goes through
+// with the fencing metadata as stored.
 func handleStatus(req admission.Request) (admission.Response, string) {
 	if req.Operation != admissionv1.Update {
 		return admission.Allowed("fencekeeper checks only UPDATE of status"), "OperationNotChecked"
@@ -161,10 +165,16 @@ func handleStatus(req admission.Request) (admission.Response, string) {
 		return admission.Errored(http.StatusBadRequest, err), "DecodeError"
 	}
 	d := fencing.StatusWrite(oldObj, newObj)
-	if !d.Allowed {
-		return denied(d), string(d.Reason)
+	if d.Allowed {
+		return admission.Allowed(string(d.Reason)), string(d.Reason)
 	}
-	return admission.Allowed(string(d.Reason)), string(d.Reason)
+	modified, err := json.Marshal(fencing.RestoreFencingMetadata(oldObj, newObj).Object)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), "EncodeError"
+	}
+	resp := admission.PatchResponseFromRaw(req.Object.Raw, modified)
+	resp.Result = &metav1.Status{Message: string(d.Reason) + ": the fencing metadata is kept as stored"}
+	return resp, string(d.Reason)
 }
 
 // handleScale checks a write to the scale subresource of a guarded kind like

@@ -152,7 +152,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 		var crd apiextensionsv1.CustomResourceDefinition
 		Expect(admin.Get(ctx, client.ObjectKey{Name: "fencedleases.fencekeeper.io"}, &crd)).To(Succeed())
 		vwc := webhookConfig()
-		Expect(vwc.Webhooks[0].Rules).To(HaveLen(1))
+		Expect(vwc.Webhooks[0].Rules).To(HaveLen(2)) // configmaps and configmaps/status
 		Expect(*vwc.Webhooks[0].FailurePolicy).To(Equal(admissionregistrationv1.Fail))
 		Expect(vwc.Webhooks[0].NamespaceSelector.MatchExpressions[0].Values).To(ConsistOf("kube-system", "fencekeeper-system"))
 
@@ -181,7 +181,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred(), out+errOut)
 		Expect(admin.Get(ctx, client.ObjectKey{Namespace: "fencekeeper-system", Name: "fk-fencekeeper"}, &dep)).To(Succeed())
 		Expect(*dep.Spec.Replicas).To(Equal(int32(3)))
-		Expect(webhookConfig().Webhooks[0].Rules).To(HaveLen(2))
+		Expect(webhookConfig().Webhooks[0].Rules).To(HaveLen(4)) // two kinds, each with its status
 
 		out, errOut, err = helm("uninstall", "fk", "-n", "fencekeeper-system")
 		Expect(err).NotTo(HaveOccurred(), out+errOut)
@@ -199,7 +199,10 @@ var _ = Describe("Helm chart", Ordered, func() {
 		config := byKindName(kust)
 
 		Expect(chart["CustomResourceDefinition/fencedleases.fencekeeper.io"]["spec"]).To(Equal(config["CustomResourceDefinition/fencedleases.fencekeeper.io"]["spec"]))
-		Expect(chart["ClusterRole/fencekeeper-manager"]["rules"]).To(Equal(config["ClusterRole/fencekeeper-manager"]["rules"]))
+		// The chart adds get on each guarded kind (the scale webhook reads
+		// the scaled object); config/ guards configmaps, which have no scale.
+		guardedGet := map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "verbs": []any{"get"}}
+		Expect(chart["ClusterRole/fencekeeper-manager"]["rules"]).To(Equal(append(config["ClusterRole/fencekeeper-manager"]["rules"].([]any), guardedGet)))
 		Expect(chart["Role/fencekeeper-manager"]["rules"]).To(Equal(config["Role/fencekeeper-manager"]["rules"]))
 		cws := chart["MutatingWebhookConfiguration/fencekeeper-fencing"]["webhooks"].([]any)
 		kws := config["MutatingWebhookConfiguration/fencekeeper-fencing"]["webhooks"].([]any)
@@ -226,7 +229,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 
 	It("gives the manager enough RBAC to grant, renew and admit, and no more", func() {
 		out, errOut, err := helm("install", "fk", chartDir, "-n", "fencekeeper-system", "--create-namespace",
-			"--set", "crds.keep=false")
+			"--set", "crds.keep=false", "--set", "guardedResources={configmaps,deployments.apps/v1}")
 		Expect(err).NotTo(HaveOccurred(), out+errOut)
 		DeferCleanup(func() { _, _, _ = helm("uninstall", "fk", "-n", "fencekeeper-system") })
 		// No pods run here, so the chart's webhook Service has no endpoints:
@@ -243,6 +246,11 @@ var _ = Describe("Helm chart", Ordered, func() {
 		err = saClient.Get(ctx, client.ObjectKey{Namespace: "default", Name: "anything"}, &corev1.Secret{})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
 		err = saClient.List(ctx, &appsv1.DeploymentList{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		By("it can read one object of a guarded kind, which the scale webhook needs, and nothing more")
+		err = saClient.Get(ctx, client.ObjectKey{Namespace: "default", Name: "no-such-deployment"}, &appsv1.Deployment{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
+		err = saClient.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}}, client.DryRunAll)
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
 		err = saClient.Get(ctx, client.ObjectKey{Namespace: "fencekeeper-system", Name: "fk-fencekeeper-webhook-cert"}, &corev1.Secret{})
 		Expect(err).NotTo(HaveOccurred(), "its own certificate Secret")

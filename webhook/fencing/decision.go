@@ -428,7 +428,10 @@ func addsOwner(old, obj *unstructured.Unstructured) bool {
 // object. Its content is not fenced (rule 7), but some built-in kinds
 // (Deployments, for one) keep the annotations a status write sends, so the
 // fencing metadata must not change there: the lock label, the watermark,
-// the policy and identity opt-outs, a token or a deletion mark.
+// the policy and identity opt-outs, a token or a deletion mark. (Other
+// kinds, custom resources among them, drop metadata changes sent to
+// status; a caller that sees the request before that happens puts the
+// metadata back with RestoreFencingMetadata rather than refusing.)
 func StatusWrite(old, obj *unstructured.Unstructured) Decision {
 	if old == nil || obj == nil {
 		return Decision{Allowed: true, Reason: fkv1.AdmissionMetadataOnly}
@@ -450,4 +453,36 @@ func StatusWrite(old, obj *unstructured.Unstructured) Decision {
 func statusDenial(what string) Decision {
 	return Decision{Code: http.StatusForbidden, Reason: fkv1.AdmissionStatusChangesFencing,
 		Message: "a write to the status subresource cannot change the " + what + " of a fenced object: write the object itself, presenting your epoch"}
+}
+
+// RestoreFencingMetadata returns obj with the lock label and every
+// fencekeeper.io/ annotation exactly as old has them.
+func RestoreFencingMetadata(old, obj *unstructured.Unstructured) *unstructured.Unstructured {
+	out := obj.DeepCopy()
+	labels := out.GetLabels()
+	if v, ok := old.GetLabels()[fkv1.LabelLock]; ok {
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[fkv1.LabelLock] = v
+	} else {
+		delete(labels, fkv1.LabelLock)
+	}
+	out.SetLabels(labels)
+	ann := map[string]string{}
+	for k, v := range out.GetAnnotations() {
+		if !strings.HasPrefix(k, fkv1.Prefix) {
+			ann[k] = v
+		}
+	}
+	for k, v := range old.GetAnnotations() {
+		if strings.HasPrefix(k, fkv1.Prefix) {
+			ann[k] = v
+		}
+	}
+	if len(ann) == 0 {
+		ann = nil
+	}
+	out.SetAnnotations(ann)
+	return out
 }

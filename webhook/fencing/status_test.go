@@ -49,5 +49,17 @@ func TestStatusWrite(t *testing.T) {
 		if !d.Allowed && d.Reason != fkv1.AdmissionStatusChangesFencing {
 			t.Errorf("%s: reason %s", tc.name, d.Reason)
 		}
+		// Restoring always yields a write StatusWrite allows, and keeps
+		// what is not fencekeeper's.
+		restored := RestoreFencingMetadata(obj("r", base), tc.new)
+		if d := StatusWrite(obj("r", base), restored); !d.Allowed {
+			t.Errorf("%s: after restoring: %s", tc.name, d.Message)
+		}
+		if got, want := restored.GetAnnotations()["example.com/note"], tc.new.GetAnnotations()["example.com/note"]; got != want {
+			t.Errorf("%s: restoring changed another annotation: %q, want %q", tc.name, got, want)
+		}
+		if restored.GetLabels()["app"] != "x" {
+			t.Errorf("%s: restoring dropped another label", tc.name)
+		}
 	}
 }
