@@ -39,6 +39,12 @@ func ParseGuardedResource(s string) (GuardedResource, error) {
 	if strings.Contains(resource, "/") {
 		return GuardedResource{}, fmt.Errorf("invalid guarded resource %q: subresources are not fenced", s)
 	}
+	if resource == "pods" && group == "" {
+		// An eviction deletes a pod, and ephemeral containers and resizes
+		// change one, through subresources whose writes never pass the
+		// pod's own admission: a fence there would have holes.
+		return GuardedResource{}, fmt.Errorf("invalid guarded resource %q: pods cannot be fenced (evictions, ephemeral containers and resizes bypass the pod's admission); request a lease for the pod with the fencekeeper.io/lease annotation and fence what it writes", s)
+	}
 	if version == "" {
 		version = "*"
 		if group == "" {

@@ -100,6 +100,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Entry("wrong type", "replicaCount=two", "replicaCount"),
 		Entry("unknown top-level key", "replicas=2", "additional properties 'replicas' not allowed"),
 		Entry("bad guarded resource", "guardedResources={Config_Maps}", "guardedResources"),
+		Entry("pods guarded", "guardedResources={configmaps,pods}", "guardedResources: pods cannot be fenced"),
 		Entry("timeout out of range", "webhook.timeoutSeconds=60", "timeoutSeconds"),
 		Entry("bad expired-claim retention", "claims.expiredRetention=1day", "expiredRetention"),
 		Entry("cert-manager asked for, not served", "certManager.enabled=true",

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -34,6 +35,9 @@ type ManagerOptions struct {
 	ExpiredClaimRetention time.Duration
 	// MaxWaitersPerLock for the lock controller (0: its default).
 	MaxWaitersPerLock int
+	// Namespaces, when set, limits the manager's cache to them (a manager
+	// that sees only one test's objects).
+	Namespaces []string
 	// CEL, when set, runs CEL enforcement mode for these kinds (policies
 	// and per-lock bindings); with Webhook also set, the manager serves the
 	// scale webhook of that mode too.
@@ -64,6 +68,12 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 	}
 	if o.SyncPeriod > 0 {
 		opts.Cache.SyncPeriod = &o.SyncPeriod
+	}
+	if len(o.Namespaces) > 0 {
+		opts.Cache.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.Namespaces {
+			opts.Cache.DefaultNamespaces[ns] = cache.Config{}
+		}
 	}
 	if o.Webhook != nil {
 		opts.WebhookServer = crwebhook.NewServer(crwebhook.Options{
