@@ -74,6 +74,9 @@ type Options struct {
 	FencingMode        string
 	Guarded            []webhook.GuardedResource
 	ExcludedNamespaces []string
+	// OnAuthority, when set, is given the lock authority (tests read its
+	// state: several managers in one process share the metrics registry).
+	OnAuthority func(*lock.Reconciler)
 	// ForTests lets several managers run in one process (no controller name
 	// validation) and lets reconciler panics fail the test.
 	ForTests bool
@@ -117,6 +120,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		lock.Options{Clock: o.Clock, ForeignLeaseRecheck: o.ForeignLeaseRecheck, MaxWaiters: o.MaxWaitersPerLock})
 	if err := authority.SetupWithManager(ctx, mgr, copts); err != nil {
 		return err
+	}
+	if o.OnAuthority != nil {
+		o.OnAuthority(authority)
 	}
 	if err := podlease.NewReconciler(mgr.GetClient(), recorder).SetupWithManager(ctx, mgr, copts); err != nil {
 		return err

@@ -113,22 +113,32 @@ func observeHoldEnded(g gathered, a action, now time.Time) {
 	holdDuration.WithLabelValues(label).Observe(max(now.Sub(since), 0).Seconds())
 }
 
-// reportMemory sets fencekeeper_authority_memory_locks from r's maps.
-func (r *Reconciler) reportMemory() {
+// Memory counts the locks each of the authority's in-memory maps holds.
+type Memory struct{ Clock, Floors, Views, Expectations int }
+
+// Memory returns what r holds in memory now.
+func (r *Reconciler) Memory() Memory {
+	var m Memory
 	r.clock.mu.Lock()
-	clockN := len(r.clock.seen)
+	m.Clock = len(r.clock.seen)
 	r.clock.mu.Unlock()
 	r.floors.mu.Lock()
-	floorsN := len(r.floors.floors)
+	m.Floors = len(r.floors.floors)
 	r.floors.mu.Unlock()
 	r.views.mu.Lock()
-	viewsN := len(r.views.m)
+	m.Views = len(r.views.m)
 	r.views.mu.Unlock()
 	r.expect.mu.Lock()
-	expectN := len(r.expect.written)
+	m.Expectations = len(r.expect.written)
 	r.expect.mu.Unlock()
-	memoryLocks.WithLabelValues("clock").Set(float64(clockN))
-	memoryLocks.WithLabelValues("floors").Set(float64(floorsN))
-	memoryLocks.WithLabelValues("views").Set(float64(viewsN))
-	memoryLocks.WithLabelValues("expectations").Set(float64(expectN))
+	return m
+}
+
+// reportMemory sets fencekeeper_authority_memory_locks from r's maps.
+func (r *Reconciler) reportMemory() {
+	m := r.Memory()
+	memoryLocks.WithLabelValues("clock").Set(float64(m.Clock))
+	memoryLocks.WithLabelValues("floors").Set(float64(m.Floors))
+	memoryLocks.WithLabelValues("views").Set(float64(m.Views))
+	memoryLocks.WithLabelValues("expectations").Set(float64(m.Expectations))
 }

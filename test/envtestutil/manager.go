@@ -15,6 +15,7 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/fencekeeper/fencekeeper/controllers"
+	"github.com/fencekeeper/fencekeeper/controllers/lock"
 	"github.com/fencekeeper/fencekeeper/webhook"
 )
 
@@ -48,9 +49,11 @@ type ManagerOptions struct {
 // separate replica would run: its own cache, clock and memory, no leader
 // election.
 type Manager struct {
-	Mgr    ctrl.Manager
-	cancel context.CancelFunc
-	done   chan error
+	Mgr ctrl.Manager
+	// Authority is this manager's lock authority.
+	Authority *lock.Reconciler
+	cancel    context.CancelFunc
+	done      chan error
 }
 
 // StartManager starts a manager and waits for its caches (and webhook server).
@@ -85,7 +88,9 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	var authority *lock.Reconciler
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
+		OnAuthority: func(r *lock.Reconciler) { authority = r },
 		Concurrency: 4, ForeignLeaseRecheck: o.ForeignLeaseRecheck, Webhook: o.Webhook != nil, ForTests: true,
 		ExpiredClaimRetention: o.ExpiredClaimRetention, MaxWaitersPerLock: o.MaxWaitersPerLock,
 		FencingMode: fencingMode(o.CEL), Guarded: o.CEL, ExcludedNamespaces: []string{"kube-system", ManagerNamespace},
@@ -93,7 +98,7 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 		cancel()
 		return nil, err
 	}
-	m := &Manager{Mgr: mgr, cancel: cancel, done: make(chan error, 1)}
+	m := &Manager{Mgr: mgr, Authority: authority, cancel: cancel, done: make(chan error, 1)}
 	go func() { m.done <- mgr.Start(ctx) }()
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		_ = m.Stop()
