@@ -146,6 +146,23 @@ func (h *FencingHandler) decide(ctx context.Context, req admission.Request, r fe
 	return consume(req.Object.Raw, r.New, d), string(d.Reason)
 }
 
+// subresourceUpdate decodes the old and new objects of a write to a
+// subresource; done is set, with the response, for anything but a
+// decodable UPDATE (the only operation the subresource webhooks check).
+func subresourceUpdate(req admission.Request) (old, obj *unstructured.Unstructured, done bool, resp admission.Response, why string) {
+	if req.Operation != admissionv1.Update {
+		return nil, nil, true, admission.Allowed("fencekeeper checks only UPDATE of " + req.SubResource), "OperationNotChecked"
+	}
+	var err error
+	if obj, err = decode(req.Object.Raw); err == nil {
+		old, err = decode(req.OldObject.Raw)
+	}
+	if err != nil {
+		return nil, nil, true, admission.Errored(http.StatusBadRequest, err), "DecodeError"
+	}
+	return old, obj, false, admission.Response{}, ""
+}
+
 // handleStatus keeps the fencing metadata out of reach of status writes
 // (fencing.StatusWrite); their content is not checked. This webhook sees
 // the request before the kind's status strategy, which for custom resources
@@ -153,16 +170,9 @@ func (h *FencingHandler) decide(ctx context.Context, req admission.Request, r fe
 // is put back (a JSON patch) rather than refused: the write goes through
 // with the fencing metadata as stored.
 func handleStatus(req admission.Request) (admission.Response, string) {
-	if req.Operation != admissionv1.Update {
-		return admission.Allowed("fencekeeper checks only UPDATE of status"), "OperationNotChecked"
-	}
-	newObj, err := decode(req.Object.Raw)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err), "DecodeError"
-	}
-	oldObj, err := decode(req.OldObject.Raw)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err), "DecodeError"
+	oldObj, newObj, done, resp, why := subresourceUpdate(req)
+	if done {
+		return resp, why
 	}
 	d := fencing.StatusWrite(oldObj, newObj)
 	if d.Allowed {
@@ -172,7 +182,7 @@ func handleStatus(req admission.Request) (admission.Response, string) {
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), "EncodeError"
 	}
-	resp := admission.PatchResponseFromRaw(req.Object.Raw, modified)
+	resp = admission.PatchResponseFromRaw(req.Object.Raw, modified)
 	resp.Result = &metav1.Status{Message: string(d.Reason) + ": the fencing metadata is kept as stored"}
 	return resp, string(d.Reason)
 }
@@ -183,16 +193,9 @@ func handleStatus(req admission.Request) (admission.Response, string) {
 // and the epoch is presented in the Scale's own annotations. The watermark
 // does not move (a Scale write cannot change the object's annotations).
 func (h *FencingHandler) handleScale(ctx context.Context, req admission.Request) (admission.Response, string) {
-	if req.Operation != admissionv1.Update {
-		return admission.Allowed("fencekeeper checks only UPDATE of scale"), "OperationNotChecked"
-	}
-	scaleNew, err := decode(req.Object.Raw)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err), "DecodeError"
-	}
-	scaleOld, err := decode(req.OldObject.Raw)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err), "DecodeError"
+	scaleOld, scaleNew, done, resp, why := subresourceUpdate(req)
+	if done {
+		return resp, why
 	}
 	if h.Mapper == nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("no REST mapper to read the scaled object")), "LockReadError"

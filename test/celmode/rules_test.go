@@ -500,17 +500,22 @@ func currentAfterHandoff(t *testing.T, b *bed) {
 	}
 }
 
+// held starts a subtest in a fresh namespace where W1 holds the lock.
+func (b *bed) held(t *testing.T) (*scen, *fkv1.FencedLease) {
+	b.t = t
+	s := &scen{b: b, ns: b.namespace()}
+	return s, b.hold(s.ns, lockName, "w1")
+}
+
 // scaleFenced checks rule 7 in both modes: a write to the scale subresource
 // of a guarded kind presents its epoch on the Scale and is fenced like a
 // write of the object. A Scale carries no labels for a policy binding to
 // select, so CEL mode keeps the scale webhook; without it these writes
 // would all pass.
 func scaleFenced(t *testing.T, b *bed) {
-	b.t = t
 	ctx := context.Background()
-	ns := b.namespace()
-	s := &scen{b: b, ns: ns}
-	w1 := b.hold(ns, lockName, "w1")
+	s, w1 := b.held(t)
+	ns := s.ns
 	key := client.ObjectKey{Namespace: ns, Name: "scaled"}
 	report := func() *unstructured.Unstructured {
 		r := &unstructured.Unstructured{}
@@ -564,11 +569,9 @@ func scaleFenced(t *testing.T, b *bed) {
 // write with its old epoch. (A custom resource drops metadata sent to
 // status: pkg/election's tests send such writes without labels.)
 func statusWrites(t *testing.T, b *bed) {
-	b.t = t
 	ctx := context.Background()
-	ns := b.namespace()
-	s := &scen{b: b, ns: ns}
-	w1 := b.hold(ns, lockName, "w1")
+	s, w1 := b.held(t)
+	ns := s.ns
 	labels := map[string]string{"app": "report"}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report",
