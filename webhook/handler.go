@@ -10,6 +10,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -164,21 +165,26 @@ func subresourceUpdate(req admission.Request) (old, obj *unstructured.Unstructur
 }
 
 // handleStatus keeps the fencing metadata out of reach of status writes
-// (fencing.StatusWrite); their content is not checked. This webhook sees
-// the request before the kind's status strategy, which for custom resources
-// drops every metadata change anyway, so a change of the fencing metadata
-// is put back (a JSON patch) rather than refused: the write goes through
-// with the fencing metadata as stored.
+// (fencing.StatusWrite); their content is not checked. A fencing annotation
+// added or changed, or a new owner, is refused. This webhook sees the
+// request before the kind's status strategy, and clients send objects
+// without labels or annotations (custom resources drop metadata sent to
+// status anyway), so what the request leaves out of the fencing metadata is
+// put back with a JSON patch rather than refused.
 func handleStatus(req admission.Request) (admission.Response, string) {
 	oldObj, newObj, done, resp, why := subresourceUpdate(req)
 	if done {
 		return resp, why
 	}
 	d := fencing.StatusWrite(oldObj, newObj)
-	if d.Allowed {
+	if !d.Allowed {
+		return denied(d), string(d.Reason)
+	}
+	restored := fencing.RestoreFencingMetadata(oldObj, newObj)
+	if equality.Semantic.DeepEqual(restored.Object, newObj.Object) {
 		return admission.Allowed(string(d.Reason)), string(d.Reason)
 	}
-	modified, err := json.Marshal(fencing.RestoreFencingMetadata(oldObj, newObj).Object)
+	modified, err := json.Marshal(restored.Object)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), "EncodeError"
 	}

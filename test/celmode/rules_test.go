@@ -588,36 +588,45 @@ func statusWrites(t *testing.T, b *bed) {
 		return b.mallory.Status().Patch(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report"}},
 			client.RawPatch(types.MergePatchType, []byte(body)))
 	}
-	stored := func() map[string]string {
+	// stored is what fences the object: annotations and owners.
+	stored := func() string {
 		var got appsv1.Deployment
 		s.must(b.admin.Get(ctx, client.ObjectKeyFromObject(d), &got))
-		return got.Annotations
+		return fmt.Sprint(got.Annotations, got.OwnerReferences)
 	}
-	for _, tc := range []struct{ name, body string }{
-		{"open it to any identity", fmt.Sprintf(`{"metadata":{"annotations":{%q:"any"}}}`, fkv1.AnnotationFenceIdentity)},
-		{"relax it to monotonic", fmt.Sprintf(`{"metadata":{"annotations":{%q:"monotonic"}}}`, fkv1.AnnotationFencePolicy)},
-		{"lower the watermark", fmt.Sprintf(`{"metadata":{"annotations":{%q:"1"}}}`, fkv1.AnnotationFencedEpoch)},
-		{"remove the watermark", fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, fkv1.AnnotationFencedEpoch)},
+	for _, tc := range []struct {
+		name, body string
+		// leftOut: the write leaves fencing metadata out, which the webhook
+		// puts back (it sees the request before the kind's status rules,
+		// and clients send objects without it); CEL mode sees the object as
+		// it would be stored and refuses (pinned difference).
+		leftOut bool
+	}{
+		{name: "open it to any identity", body: fmt.Sprintf(`{"metadata":{"annotations":{%q:"any"}}}`, fkv1.AnnotationFenceIdentity)},
+		{name: "relax it to monotonic", body: fmt.Sprintf(`{"metadata":{"annotations":{%q:"monotonic"}}}`, fkv1.AnnotationFencePolicy)},
+		{name: "lower the watermark", body: fmt.Sprintf(`{"metadata":{"annotations":{%q:"1"}}}`, fkv1.AnnotationFencedEpoch)},
+		{name: "give it an owner that does not exist, for the garbage collector to delete it",
+			body: `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"ghost","uid":"6a1b0c9e-0000-4000-8000-000000000001"}]}}`},
+		{name: "remove the watermark", body: fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, fkv1.AnnotationFencedEpoch), leftOut: true},
 	} {
 		before := stored()
-		// The webhook sees the request before the kind's status strategy
-		// and puts the fencing metadata back; the CEL policy sees the
-		// object that would be stored and refuses (pinned difference).
-		want := fkv1.AdmissionReason("")
-		if b.mode == modeCEL {
-			want = fkv1.AdmissionStatusChangesFencing
+		want := fkv1.AdmissionStatusChangesFencing
+		if tc.leftOut && b.mode == modeWebhook {
+			want = ""
 		}
 		if got := reasonOf(status(tc.body)); got != want {
 			t.Fatalf("a status write meant to %s got %q, want %q", tc.name, got, want)
 		}
 		if after := stored(); fmt.Sprint(after) != fmt.Sprint(before) {
-			t.Fatalf("a status write meant to %s changed the annotations: %v -> %v", tc.name, before, after)
+			t.Fatalf("a status write meant to %s changed the fencing metadata: %v -> %v", tc.name, before, after)
 		}
 	}
 	// What the deployment controller sends passes: status, and metadata
 	// that is not fencekeeper's.
 	s.must(status(`{"metadata":{"annotations":{"example.com/note":"x"}},"status":{"observedGeneration":1,"replicas":0}}`))
-	if got := stored(); got[fkv1.AnnotationFencedEpoch] != fkv1.FormatEpoch(w1.Status.Epoch) || got["example.com/note"] != "x" {
-		t.Fatalf("after an allowed status write the annotations are %v", got)
+	var got appsv1.Deployment
+	s.must(b.admin.Get(ctx, client.ObjectKeyFromObject(d), &got))
+	if got.Annotations[fkv1.AnnotationFencedEpoch] != fkv1.FormatEpoch(w1.Status.Epoch) || got.Annotations["example.com/note"] != "x" {
+		t.Fatalf("after an allowed status write the annotations are %v", got.Annotations)
 	}
 }

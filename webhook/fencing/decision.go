@@ -426,26 +426,26 @@ func addsOwner(old, obj *unstructured.Unstructured) bool {
 
 // StatusWrite decides a write to the status subresource of a fenced
 // object. Its content is not fenced (rule 7), but some built-in kinds
-// (Deployments, for one) keep the annotations a status write sends, so the
-// fencing metadata must not change there: the lock label, the watermark,
-// the policy and identity opt-outs, a token or a deletion mark. (Other
-// kinds, custom resources among them, drop metadata changes sent to
-// status; a caller that sees the request before that happens puts the
-// metadata back with RestoreFencingMetadata rather than refusing.)
+// (Deployments, StatefulSets, Jobs, ...) keep the metadata a status write
+// sends, so it must not change what fences the object: a fencekeeper.io/
+// annotation added or set to another value, or a new owner (the garbage
+// collector would delete the object for an owner that does not exist), is
+// refused. What a status write leaves out (a client sending an object
+// without labels or annotations, which custom resources drop anyway) is not
+// refused: a caller that sees the request before the kind's status rules
+// puts it back with RestoreFencingMetadata.
 func StatusWrite(old, obj *unstructured.Unstructured) Decision {
 	if old == nil || obj == nil {
 		return Decision{Allowed: true, Reason: fkv1.AdmissionMetadataOnly}
 	}
-	if old.GetLabels()[fkv1.LabelLock] != obj.GetLabels()[fkv1.LabelLock] {
-		return statusDenial(fkv1.LabelLock + " label")
-	}
-	oldA, newA := old.GetAnnotations(), obj.GetAnnotations()
-	for _, pair := range [][2]map[string]string{{oldA, newA}, {newA, oldA}} {
-		for k, v := range pair[0] {
-			if w, ok := pair[1][k]; strings.HasPrefix(k, fkv1.Prefix) && (!ok || w != v) {
-				return statusDenial("annotation " + k)
-			}
+	oldA := old.GetAnnotations()
+	for k, v := range obj.GetAnnotations() {
+		if w, ok := oldA[k]; strings.HasPrefix(k, fkv1.Prefix) && (!ok || w != v) {
+			return statusDenial("annotation " + k)
 		}
+	}
+	if addsOwner(old, obj) {
+		return statusDenial("owners")
 	}
 	return Decision{Allowed: true, Reason: fkv1.AdmissionMetadataOnly}
 }
@@ -455,8 +455,9 @@ func statusDenial(what string) Decision {
 		Message: "a write to the status subresource cannot change the " + what + " of a fenced object: write the object itself, presenting your epoch"}
 }
 
-// RestoreFencingMetadata returns obj with the lock label and every
-// fencekeeper.io/ annotation exactly as old has them.
+// RestoreFencingMetadata returns obj with the lock label (present or
+// absent, with its value) and every fencekeeper.io/ annotation exactly as
+// old has them.
 func RestoreFencingMetadata(old, obj *unstructured.Unstructured) *unstructured.Unstructured {
 	out := obj.DeepCopy()
 	labels := out.GetLabels()

@@ -1,8 +1,10 @@
 package fencing
 
 import (
+	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -28,6 +30,13 @@ func TestStatusWrite(t *testing.T) {
 		}
 		return m
 	}
+	owned := func(u *unstructured.Unstructured) *unstructured.Unstructured {
+		u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "ghost", UID: "u-1"}})
+		return u
+	}
+	noLabels := obj("r", base)
+	noLabels.SetLabels(nil)
+	noAnnotations := obj("r", nil)
 	for _, tc := range []struct {
 		name    string
 		new     *unstructured.Unstructured
@@ -36,11 +45,15 @@ func TestStatusWrite(t *testing.T) {
 		{"nothing of ours changes", obj("r", with("example.com/note", "b")), true},
 		{"another annotation removed", obj("r", with("example.com/note", "")), true},
 		{"watermark lowered", obj("r", with(fkv1.AnnotationFencedEpoch, "1")), false},
-		{"watermark removed", obj("r", with(fkv1.AnnotationFencedEpoch, "")), false},
 		{"identity opt-out added", obj("r", with(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)), false},
 		{"token added", obj("r", with(fkv1.AnnotationEpoch, "43")), false},
-		{"lock label changed", obj("s", base), false},
-		{"lock label removed", obj("", base), false},
+		{"an owner added", owned(obj("r", base)), false},
+		// Left out by the client: put back, not refused.
+		{"watermark left out", obj("r", with(fkv1.AnnotationFencedEpoch, "")), true},
+		{"no annotations sent", noAnnotations, true},
+		{"no labels sent", noLabels, true},
+		{"lock label changed", obj("s", base), true},
+		{"lock label emptied", obj("", base), true},
 	} {
 		d := StatusWrite(obj("r", base), tc.new)
 		if d.Allowed != tc.allowed {
@@ -52,13 +65,21 @@ func TestStatusWrite(t *testing.T) {
 		// Restoring always yields a write StatusWrite allows, and keeps
 		// what is not fencekeeper's.
 		restored := RestoreFencingMetadata(obj("r", base), tc.new)
-		if d := StatusWrite(obj("r", base), restored); !d.Allowed {
-			t.Errorf("%s: after restoring: %s", tc.name, d.Message)
+		if got := restored.GetLabels()[fkv1.LabelLock]; got != "r" {
+			t.Errorf("%s: restored lock label %q", tc.name, got)
+		}
+		for k, v := range base {
+			if got := restored.GetAnnotations()[k]; strings.HasPrefix(k, fkv1.Prefix) && got != v {
+				t.Errorf("%s: restored %s = %q, want %q", tc.name, k, got, v)
+			}
+		}
+		if _, ok := restored.GetAnnotations()[fkv1.AnnotationEpoch]; ok {
+			t.Errorf("%s: restoring kept an annotation of ours the stored object lacks", tc.name)
 		}
 		if got, want := restored.GetAnnotations()["example.com/note"], tc.new.GetAnnotations()["example.com/note"]; got != want {
 			t.Errorf("%s: restoring changed another annotation: %q, want %q", tc.name, got, want)
 		}
-		if restored.GetLabels()["app"] != "x" {
+		if tc.new.GetLabels()["app"] == "x" && restored.GetLabels()["app"] != "x" {
 			t.Errorf("%s: restoring dropped another label", tc.name)
 		}
 	}
