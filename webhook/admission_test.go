@@ -291,11 +291,7 @@ func patchBlind(ns, name string, epoch int64, data string) error {
 }
 
 func newReport(ns, name, lock string, epoch int64, body string) *unstructured.Unstructured {
-	r := &unstructured.Unstructured{}
-	r.SetAPIVersion("reports.example.com/v1")
-	r.SetKind("Report")
-	r.SetNamespace(ns)
-	r.SetName(name)
+	r := envtestutil.Report(ns, name)
 	r.SetLabels(map[string]string{fkv1.LabelLock: lock})
 	if epoch > 0 {
 		r.SetAnnotations(map[string]string{fkv1.AnnotationEpoch: epochString(epoch)})
@@ -305,12 +301,7 @@ func newReport(ns, name, lock string, epoch int64, body string) *unstructured.Un
 }
 
 func emptyReport(key client.ObjectKey) *unstructured.Unstructured {
-	r := &unstructured.Unstructured{}
-	r.SetAPIVersion("reports.example.com/v1")
-	r.SetKind("Report")
-	r.SetNamespace(key.Namespace)
-	r.SetName(key.Name)
-	return r
+	return envtestutil.Report(key.Namespace, key.Name)
 }
 
 func getReport(ns, name string) *unstructured.Unstructured {

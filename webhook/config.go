@@ -110,19 +110,10 @@ func FencingWebhookConfiguration(o ConfigOptions) *admissionregistrationv1.Mutat
 			},
 		})
 	}
+	scaleRules := subresourceUpdates(rules, "scale")
 	// Writes to status are sent too (their objects carry the labels): some
 	// built-in kinds keep the metadata a status write changes.
-	for _, r := range rules {
-		r.Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
-		r.Resources = []string{r.Resources[0] + "/status"}
-		rules = append(rules, r)
-	}
-	var scaleRules []admissionregistrationv1.RuleWithOperations
-	for _, r := range rules[:len(o.Guarded)] {
-		r.Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
-		r.Resources = []string{r.Resources[0] + "/scale"}
-		scaleRules = append(scaleRules, r)
-	}
+	rules = append(rules, subresourceUpdates(rules, "status")...)
 	cc := o.ClientConfig
 	if cc.Service != nil && cc.Service.Path == nil {
 		cc.Service.Path = ptr.To(FencingPath)
@@ -160,6 +151,17 @@ func FencingWebhookConfiguration(o ConfigOptions) *admissionregistrationv1.Mutat
 		ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-fencing", Labels: map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue}},
 		Webhooks:   webhooks,
 	}
+}
+
+// subresourceUpdates are UPDATE rules for sub of the resources in rules.
+func subresourceUpdates(rules []admissionregistrationv1.RuleWithOperations, sub string) []admissionregistrationv1.RuleWithOperations {
+	out := make([]admissionregistrationv1.RuleWithOperations, 0, len(rules))
+	for _, r := range rules {
+		r.Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
+		r.Resources = []string{r.Resources[0] + "/" + sub}
+		out = append(out, r)
+	}
+	return out
 }
 
 func excluded(namespaces []string) *metav1.LabelSelector {

@@ -71,11 +71,18 @@ func (h *FencingHandler) Handle(ctx context.Context, req admission.Request) admi
 }
 
 func (h *FencingHandler) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
-	switch req.SubResource {
-	case "scale":
-		return h.handleScale(ctx, req)
-	case "status":
-		return handleStatus(req)
+	if req.SubResource == "scale" || req.SubResource == "status" {
+		if req.Operation != admissionv1.Update {
+			return admission.Allowed("fencekeeper checks only UPDATE of " + req.SubResource), "OperationNotChecked"
+		}
+		old, obj, err := decodeUpdate(req)
+		if err != nil {
+			return admission.Errored(http.StatusBadRequest, err), "DecodeError"
+		}
+		if req.SubResource == "scale" {
+			return h.handleScale(ctx, req, old, obj)
+		}
+		return handleStatus(req, old, obj)
 	}
 	r := fencing.Request{Op: fencing.Operation(req.Operation)}
 	var err error
@@ -147,21 +154,15 @@ func (h *FencingHandler) decide(ctx context.Context, req admission.Request, r fe
 	return consume(req.Object.Raw, r.New, d), string(d.Reason)
 }
 
-// subresourceUpdate decodes the old and new objects of a write to a
-// subresource; done is set, with the response, for anything but a
-// decodable UPDATE (the only operation the subresource webhooks check).
-func subresourceUpdate(req admission.Request) (old, obj *unstructured.Unstructured, done bool, resp admission.Response, why string) {
-	if req.Operation != admissionv1.Update {
-		return nil, nil, true, admission.Allowed("fencekeeper checks only UPDATE of " + req.SubResource), "OperationNotChecked"
+// decodeUpdate decodes the stored and the written object of an UPDATE.
+func decodeUpdate(req admission.Request) (old, obj *unstructured.Unstructured, err error) {
+	if obj, err = decode(req.Object.Raw); err != nil {
+		return nil, nil, err
 	}
-	var err error
-	if obj, err = decode(req.Object.Raw); err == nil {
-		old, err = decode(req.OldObject.Raw)
+	if old, err = decode(req.OldObject.Raw); err != nil {
+		return nil, nil, err
 	}
-	if err != nil {
-		return nil, nil, true, admission.Errored(http.StatusBadRequest, err), "DecodeError"
-	}
-	return old, obj, false, admission.Response{}, ""
+	return old, obj, nil
 }
 
 // handleStatus keeps the fencing metadata out of reach of status writes
@@ -171,11 +172,7 @@ func subresourceUpdate(req admission.Request) (old, obj *unstructured.Unstructur
 // without labels or annotations (custom resources drop metadata sent to
 // status anyway), so what the request leaves out of the fencing metadata is
 // put back with a JSON patch rather than refused.
-func handleStatus(req admission.Request) (admission.Response, string) {
-	oldObj, newObj, done, resp, why := subresourceUpdate(req)
-	if done {
-		return resp, why
-	}
+func handleStatus(req admission.Request, oldObj, newObj *unstructured.Unstructured) (admission.Response, string) {
 	d := fencing.StatusWrite(oldObj, newObj)
 	if !d.Allowed {
 		return denied(d), string(d.Reason)
@@ -188,7 +185,7 @@ func handleStatus(req admission.Request) (admission.Response, string) {
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), "EncodeError"
 	}
-	resp = admission.PatchResponseFromRaw(req.Object.Raw, modified)
+	resp := admission.PatchResponseFromRaw(req.Object.Raw, modified)
 	resp.Result = &metav1.Status{Message: string(d.Reason) + ": the fencing metadata is kept as stored"}
 	return resp, string(d.Reason)
 }
@@ -198,11 +195,7 @@ func handleStatus(req admission.Request) (admission.Response, string) {
 // object is read live (scale writes are rare) to see whether it is fenced,
 // and the epoch is presented in the Scale's own annotations. The watermark
 // does not move (a Scale write cannot change the object's annotations).
-func (h *FencingHandler) handleScale(ctx context.Context, req admission.Request) (admission.Response, string) {
-	scaleOld, scaleNew, done, resp, why := subresourceUpdate(req)
-	if done {
-		return resp, why
-	}
+func (h *FencingHandler) handleScale(ctx context.Context, req admission.Request, scaleOld, scaleNew *unstructured.Unstructured) (admission.Response, string) {
 	if h.Mapper == nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("no REST mapper to read the scaled object")), "LockReadError"
 	}

@@ -184,8 +184,9 @@ const (
 	// MissingEpoch or FutureEpoch there.
 	AdmissionNoLease AdmissionReason = "NoLease"
 	// AdmissionStatusChangesFencing refuses a write to the status
-	// subresource that changes the fencing label or a fencekeeper.io/
-	// annotation (some built-in kinds keep metadata changes made there).
+	// subresource that adds or changes a fencekeeper.io/ annotation or adds
+	// an owner (some built-in kinds keep metadata sent there); in CEL mode
+	// also one that would drop the lock label or such an annotation.
 	AdmissionStatusChangesFencing AdmissionReason = "StatusChangesFencing"
 )
 

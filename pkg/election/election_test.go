@@ -568,11 +568,7 @@ func testWriteDeadline(t *testing.T) {
 
 // fencedReport is a test Report (test/crds) fenced by lock, with a status.
 func fencedReport(ns, lock string) *unstructured.Unstructured {
-	report := &unstructured.Unstructured{}
-	report.SetAPIVersion("reports.example.com/v1")
-	report.SetKind("Report")
-	report.SetNamespace(ns)
-	report.SetName("report-2026-07")
+	report := envtestutil.Report(ns, "report-2026-07")
 	report.SetLabels(map[string]string{fkv1.LabelLock: lock})
 	return report
 }

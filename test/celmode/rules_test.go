@@ -8,6 +8,7 @@ package celmode_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
 
 const lockName = "report-2026-07"
@@ -517,14 +519,7 @@ func scaleFenced(t *testing.T, b *bed) {
 	s, w1 := b.held(t)
 	ns := s.ns
 	key := client.ObjectKey{Namespace: ns, Name: "scaled"}
-	report := func() *unstructured.Unstructured {
-		r := &unstructured.Unstructured{}
-		r.SetAPIVersion("reports.example.com/v1")
-		r.SetKind("Report")
-		r.SetNamespace(key.Namespace)
-		r.SetName(key.Name)
-		return r
-	}
+	report := func() *unstructured.Unstructured { return envtestutil.Report(ns, key.Name) }
 	r := report()
 	r.SetLabels(map[string]string{fkv1.LabelLock: lockName})
 	r.SetAnnotations(map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(w1.Status.Epoch)})
@@ -585,8 +580,12 @@ func statusWrites(t *testing.T, b *bed) {
 	}
 	s.must(b.admin.Create(ctx, d))
 	status := func(body string) error {
-		return b.mallory.Status().Patch(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report"}},
-			client.RawPatch(types.MergePatchType, []byte(body)))
+		ref := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report"}}
+		if strings.HasPrefix(body, `{"apiVersion"`) { // a server-side apply configuration
+			return b.mallory.Status().Patch(ctx, ref, client.RawPatch(types.ApplyPatchType, []byte(body)),
+				client.FieldOwner("mallory"), client.ForceOwnership)
+		}
+		return b.mallory.Status().Patch(ctx, ref, client.RawPatch(types.MergePatchType, []byte(body)))
 	}
 	// stored is what fences the object: annotations and owners.
 	stored := func() string {
@@ -607,6 +606,8 @@ func statusWrites(t *testing.T, b *bed) {
 		{name: "lower the watermark", body: fmt.Sprintf(`{"metadata":{"annotations":{%q:"1"}}}`, fkv1.AnnotationFencedEpoch)},
 		{name: "give it an owner that does not exist, for the garbage collector to delete it",
 			body: `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"ghost","uid":"6a1b0c9e-0000-4000-8000-000000000001"}]}}`},
+		{name: "open it to any identity with a server-side apply",
+			body: fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"report","namespace":%q,"annotations":{%q:"any"}}}`, ns, fkv1.AnnotationFenceIdentity)},
 		{name: "remove the watermark", body: fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, fkv1.AnnotationFencedEpoch), leftOut: true},
 	} {
 		before := stored()
