@@ -188,6 +188,11 @@ const (
 	// an owner (some built-in kinds keep metadata sent there); in CEL mode
 	// also one that would drop the lock label or such an annotation.
 	AdmissionStatusChangesFencing AdmissionReason = "StatusChangesFencing"
+	// AdmissionInheritedAnnotation refuses the write that fences an object
+	// (adds the lock label) while the object keeps a relaxation it carried
+	// unfenced, when anyone who could write it could have set it:
+	// fence-identity any, fence-policy monotonic, or a deletion mark.
+	AdmissionInheritedAnnotation AdmissionReason = "InheritedFencingAnnotation"
 )
 
 // CauseType is the details.causes[].type a denial with this reason carries.

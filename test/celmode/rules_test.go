@@ -123,6 +123,20 @@ func annotate(k, v string) func(*corev1.ConfigMap) {
 	}
 }
 
+// plantUnfenced creates "report" without the lock label, carrying one
+// fencekeeper.io/ annotation (anyone may write an unfenced object).
+func plantUnfenced(k, v string) func(s *scen) {
+	return func(s *scen) {
+		s.must(s.b.mallory.Create(context.Background(), configMap(s.ns, "report", "-", map[string]string{k: v}, "v1")))
+	}
+}
+
+// fence adds the lock label, and new data.
+func fence(cm *corev1.ConfigMap) {
+	cm.Labels = map[string]string{fkv1.LabelLock: lockName}
+	data("v2")(cm)
+}
+
 type ruleCase struct {
 	name string
 	// noObject: W1 does not write "report" first.
@@ -200,6 +214,32 @@ func cases() []ruleCase {
 					annotate(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)(cm)
 					annotate(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic)(cm)
 					annotate(fkv1.AnnotationFencedEpoch, "1")(cm)
+				})
+			}},
+		{name: "labelling an object that carried fence-identity any while unfenced, presenting the current epoch", noObject: true,
+			want: fkv1.AdmissionInheritedAnnotation, setup: plantUnfenced(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny),
+			write: func(s *scen) error { return s.update(s.b.admin, s.e1, fence) }},
+		{name: "labelling an object that carried fence-policy monotonic while unfenced, presenting the current epoch", noObject: true,
+			want: fkv1.AdmissionInheritedAnnotation, setup: plantUnfenced(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic),
+			write: func(s *scen) error { return s.update(s.b.admin, s.e1, fence) }},
+		{name: "labelling an object that carried a deletion mark for the current epoch while unfenced", noObject: true,
+			want:  fkv1.AdmissionInheritedAnnotation,
+			setup: func(s *scen) { plantUnfenced(fkv1.AnnotationDeleteEpoch, fkv1.FormatEpoch(s.e1))(s) },
+			write: func(s *scen) error { return s.update(s.b.admin, s.e1, fence) }},
+		{name: "labelling an object and removing the opt-out it carried unfenced, in one write", noObject: true, watermark: e1,
+			setup: plantUnfenced(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny),
+			write: func(s *scen) error {
+				return s.update(s.b.admin, s.e1, func(cm *corev1.ConfigMap) {
+					fence(cm)
+					delete(cm.Annotations, fkv1.AnnotationFenceIdentity)
+				})
+			}},
+		{name: "another identity labels an object that carried fence-identity any while unfenced, removing it", noObject: true,
+			want: fkv1.AdmissionIdentityMismatch, setup: plantUnfenced(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny),
+			write: func(s *scen) error {
+				return s.update(s.b.mallory, s.e1, func(cm *corev1.ConfigMap) {
+					fence(cm)
+					delete(cm.Annotations, fkv1.AnnotationFenceIdentity)
 				})
 			}},
 		{name: "update presenting the current epoch", watermark: e1,

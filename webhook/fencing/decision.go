@@ -270,9 +270,39 @@ func Decide(r Request, lock LockState) Decision {
 		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionInvalidDeleteMark, epoch,
 			"%s must be the epoch this write presents (%d), not %q", fkv1.AnnotationDeleteEpoch, epoch, m)
 	}
+	// Fencing an object cannot adopt the relaxations it carried unfenced:
+	// anyone who could write it then could have planted them for the holder
+	// to inherit.
+	if k, v, ok := inheritedRelaxation(r, epoch); ok {
+		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionInheritedAnnotation, epoch,
+			"the write that fences this object with lock %s keeps %s=%q, which the object carried while it was unfenced "+
+				"(anyone who could write it then could have set it): remove it in this write and set it again with a later fenced write, "+
+				"or create the object fenced with it", lockRef, k, v)
+	}
 	d := allow(fkv1.AdmissionEpochAccepted, epoch)
 	d.Watermark = epoch
 	return d
+}
+
+// inheritedRelaxation finds, on an update that adds the fencing label, a
+// relaxing annotation the new object keeps unchanged from the unfenced one:
+// fence-identity any, fence-policy monotonic, or a deletion mark for the
+// presented epoch (a mark of another epoch is dropped by the rewrite).
+func inheritedRelaxation(r Request, epoch int64) (key, value string, found bool) {
+	if r.Op != Update || r.Old == nil || isFenced(r.Old) || !isFenced(r.New) {
+		return "", "", false
+	}
+	oldA, newA := r.Old.GetAnnotations(), r.New.GetAnnotations()
+	for _, k := range []struct{ key, value string }{
+		{fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny},
+		{fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic},
+		{fkv1.AnnotationDeleteEpoch, fkv1.FormatEpoch(epoch)},
+	} {
+		if v, ok := oldA[k.key]; ok && v == k.value && newA[k.key] == v {
+			return k.key, v, true
+		}
+	}
+	return "", "", false
 }
 
 // decideDelete is rule 6: a fenced object is deleted by namespace deletion,

@@ -95,6 +95,8 @@ func TestDecide(t *testing.T) {
 	free := heldBy42
 	free.HeldEpoch, free.Holder = 0, ""
 	monotonic := withAnnotation(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic)
+	optOut := withAnnotation(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)
+	markAt := func(e string) func(*unstructured.Unstructured) { return withAnnotation(fkv1.AnnotationDeleteEpoch, e) }
 	at42 := stored("v12", "42")
 	at40 := stored("v10", "40")
 	cases := []struct {
@@ -177,6 +179,32 @@ func TestDecide(t *testing.T) {
 		{name: "fencing an unfenced object is checked as current, whatever its old annotations say",
 			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>"), monotonic), write(stored("v1", "-", monotonic), "stale by W1", "41")),
 			lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch},
+		{name: "fencing an object that carried fence-identity any while unfenced",
+			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>"), optOut), write(stored("v1", "-", optOut), "v2", "42")),
+			lock: heldBy42, reason: fkv1.AdmissionInheritedAnnotation, code: 422, msg: `keeps fencekeeper.io/fence-identity="any", which the object carried while it was unfenced`},
+		{name: "fencing an object that carried fence-policy monotonic while unfenced",
+			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>"), monotonic), write(stored("v1", "-", monotonic), "v2", "42")),
+			lock: heldBy42, reason: fkv1.AdmissionInheritedAnnotation, msg: "fencekeeper.io/fence-policy"},
+		{name: "fencing an object that carried a deletion mark for the presented epoch while unfenced",
+			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>"), markAt("42")), write(stored("v1", "-", markAt("42")), "v2", "42")),
+			lock: heldBy42, reason: fkv1.AdmissionInheritedAnnotation, msg: "fencekeeper.io/delete-epoch"},
+		{name: "fencing an object that carried a deletion mark of another epoch: the rewrite drops it",
+			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>"), markAt("41")), write(stored("v1", "-", markAt("41")), "v2", "42")),
+			lock: heldBy42, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 42},
+		{name: "fencing an object and removing what it carried unfenced in the same write",
+			req: update(stored("v1", "-", withLabel(lockLabel, "<none>"), optOut, monotonic),
+				write(stored("v1", "-"), "v2", "42", withoutAnnotation(fkv1.AnnotationFenceIdentity), withoutAnnotation(fkv1.AnnotationFencePolicy))),
+			lock: heldBy42, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 42},
+		{name: "fencing an object with relaxations the fencing write sets itself",
+			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>")), write(stored("v1", "-"), "v2", "42", optOut, monotonic)),
+			lock: heldBy42, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 42},
+		{name: "fencing an object that carried fence-policy current while unfenced (not a relaxation)",
+			req: update(stored("v1", "-", withLabel(lockLabel, "<none>"), withAnnotation(fkv1.AnnotationFencePolicy, fkv1.FencePolicyCurrent)),
+				write(stored("v1", "-", withAnnotation(fkv1.AnnotationFencePolicy, fkv1.FencePolicyCurrent)), "v2", "42")),
+			lock: heldBy42, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 42},
+		{name: "a fenced object keeps its opt-out and policy on later writes",
+			req:  update(stored("v1", "42", optOut, monotonic), write(stored("v1", "42", optOut, monotonic), "v2", "42")),
+			lock: heldBy42, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 42},
 		{name: "an object that already has an empty label may keep it for metadata writes",
 			req: update(stored("v1", "-", withLabel(lockLabel, "")), write(stored("v1", "-", withLabel(lockLabel, "")), "v1", "-", withAnnotation("note", "x"))), lock: heldBy42, allow: true},
 		{name: "an object that already has an empty label may drop it",

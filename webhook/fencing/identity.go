@@ -77,9 +77,10 @@ func CheckIdentity(lock LockState, epoch int64, who Identity, bound Binding) Dec
 }
 
 // optedOut: the stored object accepts epochs from any identity. A CREATE has
-// no stored object, and a write cannot opt itself out.
+// no stored object, a write cannot opt itself out, and an unfenced object's
+// opt-out says nothing (anyone could have set it).
 func optedOut(r Request) bool {
-	if r.Op == Create || r.Old == nil {
+	if r.Op == Create || r.Old == nil || !isFenced(r.Old) {
 		return false
 	}
 	return r.Old.GetAnnotations()[fkv1.AnnotationFenceIdentity] == fkv1.FenceIdentityAny

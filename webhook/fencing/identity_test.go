@@ -52,6 +52,10 @@ func TestNeedsIdentity(t *testing.T) {
 	if _, need := NeedsIdentity(update(stored("v1", "42"), write(stored("v1", "42"), "v2", "42", optOut)), accepted); !need {
 		t.Error("a write opted itself out")
 	}
+	unfenced := stored("v1", "-", withLabel(lockLabel, "<none>"), optOut)
+	if _, need := NeedsIdentity(update(unfenced, write(stored("v1", "-"), "v2", "42")), accepted); !need {
+		t.Error("the write that fences an object was opted out by what the object carried unfenced")
+	}
 	if _, need := NeedsIdentity(create(write(nil, "v1", "42", optOut)), accepted); !need {
 		t.Error("a create opted itself out")
 	}

@@ -43,6 +43,9 @@ type modelInput struct {
 	issued, held               int64
 	lockExists                 bool
 	nsTerminating, gcRequester bool
+	// storedUnfenced: the update adds the lock label to an object that had
+	// none (only for updates).
+	storedUnfenced bool
 }
 
 // model returns (allowed, reason) per the contract.
@@ -70,6 +73,11 @@ func model(in modelInput) (bool, fkv1.AdmissionReason) {
 		}
 		return true, fkv1.AdmissionDeleteMarked
 	}
+	if in.storedUnfenced {
+		// Adding the label is a content change, and the unfenced past says
+		// nothing: no watermark, policy current.
+		in.contentChanged = true
+	}
 	if in.op == Update && !in.contentChanged && !in.hasToken {
 		return true, fkv1.AdmissionMetadataOnly
 	}
@@ -81,10 +89,10 @@ func model(in modelInput) (bool, fkv1.AdmissionReason) {
 		return false, fkv1.AdmissionMalformedEpoch
 	}
 	valid := func(p string) bool { return p == "" || p == "current" || p == "monotonic" }
-	if !valid(in.newPolicy) || (in.op == Update && !valid(in.storedPolicy)) {
+	if !valid(in.newPolicy) || (in.op == Update && !in.storedUnfenced && !valid(in.storedPolicy)) {
 		return false, fkv1.AdmissionInvalidPolicy
 	}
-	if in.op == Update {
+	if in.op == Update && !in.storedUnfenced {
 		if wm, ok := modelEpoch(in.storedWatermark); ok && e < wm {
 			return false, fkv1.AdmissionStaleEpoch
 		}
@@ -92,7 +100,7 @@ func model(in modelInput) (bool, fkv1.AdmissionReason) {
 	if !in.lockExists || e > in.issued {
 		return false, fkv1.AdmissionFutureEpoch
 	}
-	monotonic := in.op == Update && in.storedPolicy == "monotonic"
+	monotonic := in.op == Update && !in.storedUnfenced && in.storedPolicy == "monotonic"
 	if !monotonic && e != in.held {
 		return false, fkv1.AdmissionNotCurrentEpoch
 	}
@@ -100,6 +108,13 @@ func model(in modelInput) (bool, fkv1.AdmissionReason) {
 	// mark here is the stored one, unchanged).
 	if in.op == Create && in.deleteMark != "" && in.deleteMark != strconv.FormatInt(e, 10) {
 		return false, fkv1.AdmissionInvalidDeleteMark
+	}
+	// The write that fences an object keeps none of the relaxations anyone
+	// could have set on it before: monotonic, or a mark for this epoch (the
+	// build keeps the stored mark on the new object).
+	if in.storedUnfenced && ((in.storedPolicy == "monotonic" && in.newPolicy == in.storedPolicy) ||
+		(in.deleteMark != "" && in.deleteMark == strconv.FormatInt(e, 10))) {
+		return false, fkv1.AdmissionInheritedAnnotation
 	}
 	return true, fkv1.AdmissionEpochAccepted
 }
@@ -120,6 +135,9 @@ func (in modelInput) build() (Request, LockState) {
 		}
 	}
 	old := stored("v1", "-", ann(in.storedWatermark, in.storedPolicy))
+	if in.storedUnfenced {
+		old.SetLabels(nil)
+	}
 	data := "v1"
 	if in.contentChanged {
 		data = "v2"
@@ -135,6 +153,7 @@ func (in modelInput) build() (Request, LockState) {
 		r = create(write(nil, data, "-", ann("", in.newPolicy), present))
 	case Update:
 		obj := write(old, data, "-", present)
+		obj.SetLabels(map[string]string{lockLabel: "report-2026-07"})
 		if in.newPolicy != in.storedPolicy {
 			if in.newPolicy == "" {
 				withoutAnnotation(fkv1.AnnotationFencePolicy)(obj)
@@ -172,10 +191,21 @@ func FuzzDecideAgainstModel(f *testing.F) {
 	f.Add(uint8(2), "42", "", "", "", false, false, "", int64(42), int64(42), true, true, false)
 	f.Add(uint8(2), "42", "", "", "", false, false, "", int64(42), int64(42), true, false, true)
 	f.Add(uint8(1), "42", "lenient", "lenient", "42", true, true, "", int64(42), int64(42), true, false, false)
+	// Fencing an unfenced object: an opt-out planted before (op 3+1 = an
+	// update of an unfenced object), with and without the holder's epoch.
+	f.Add(uint8(4), "99", "monotonic", "monotonic", "42", true, true, "", int64(42), int64(42), true, false, false)
+	f.Add(uint8(4), "", "monotonic", "", "42", true, true, "", int64(42), int64(42), true, false, false)
+	f.Add(uint8(4), "", "", "", "42", true, true, "42", int64(42), int64(42), true, false, false)
+	f.Add(uint8(4), "", "", "", "42", true, true, "41", int64(42), int64(42), true, false, false)
+	f.Add(uint8(4), "", "lenient", "lenient", "42", true, false, "", int64(42), int64(42), true, false, false)
 	f.Fuzz(func(t *testing.T, op uint8, wm, storedPolicy, newPolicy, token string, hasToken, changed bool, mark string, issued, held int64, exists, nsTerm, gc bool) {
 		in := modelInput{op: []Operation{Create, Update, Delete}[int(op)%3], storedWatermark: wm, storedPolicy: storedPolicy,
 			newPolicy: newPolicy, token: token, hasToken: hasToken, contentChanged: changed, deleteMark: mark,
-			issued: issued, held: held, lockExists: exists, nsTerminating: nsTerm, gcRequester: gc}
+			issued: issued, held: held, lockExists: exists, nsTerminating: nsTerm, gcRequester: gc,
+			storedUnfenced: int(op)%6 >= 3}
+		if in.op != Update {
+			in.storedUnfenced = false
+		}
 		if in.op == Create {
 			in.storedWatermark, in.storedPolicy = "", ""
 		}
