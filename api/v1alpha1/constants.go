@@ -188,11 +188,13 @@ const (
 	// an owner (some built-in kinds keep metadata sent there); in CEL mode
 	// also one that would drop the lock label or such an annotation.
 	AdmissionStatusChangesFencing AdmissionReason = "StatusChangesFencing"
-	// AdmissionInheritedAnnotation refuses the write that fences an object
-	// (adds the lock label) while the object keeps a relaxation it carried
-	// unfenced, when anyone who could write it could have set it:
-	// fence-identity any, fence-policy monotonic, or a deletion mark.
-	AdmissionInheritedAnnotation AdmissionReason = "InheritedFencingAnnotation"
+	// AdmissionInheritedFromUnfenced refuses the write that fences an
+	// object (adds the lock label) while the object keeps something it got
+	// while unfenced, when anyone who could write it could have planted it:
+	// fence-identity any, fence-policy monotonic, a deletion mark, an owner
+	// reference (the garbage collector may delete a fenced object whose
+	// owner is gone), or a deletion in progress.
+	AdmissionInheritedFromUnfenced AdmissionReason = "InheritedFromUnfenced"
 )
 
 // CauseType is the details.causes[].type a denial with this reason carries.

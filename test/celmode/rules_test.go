@@ -13,6 +13,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -217,14 +218,46 @@ func cases() []ruleCase {
 				})
 			}},
 		{name: "labelling an object that carried fence-identity any while unfenced, presenting the current epoch", noObject: true,
-			want: fkv1.AdmissionInheritedAnnotation, setup: plantUnfenced(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny),
+			want: fkv1.AdmissionInheritedFromUnfenced, setup: plantUnfenced(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny),
 			write: func(s *scen) error { return s.update(s.b.admin, s.e1, fence) }},
 		{name: "labelling an object that carried fence-policy monotonic while unfenced, presenting the current epoch", noObject: true,
-			want: fkv1.AdmissionInheritedAnnotation, setup: plantUnfenced(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic),
+			want: fkv1.AdmissionInheritedFromUnfenced, setup: plantUnfenced(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic),
 			write: func(s *scen) error { return s.update(s.b.admin, s.e1, fence) }},
 		{name: "labelling an object that carried a deletion mark for the current epoch while unfenced", noObject: true,
-			want:  fkv1.AdmissionInheritedAnnotation,
+			want:  fkv1.AdmissionInheritedFromUnfenced,
 			setup: func(s *scen) { plantUnfenced(fkv1.AnnotationDeleteEpoch, fkv1.FormatEpoch(s.e1))(s) },
+			write: func(s *scen) error { return s.update(s.b.admin, s.e1, fence) }},
+		{name: "labelling an object that carried a deletion mark of another epoch while unfenced: the mark is dropped", noObject: true, watermark: e1,
+			setup: func(s *scen) { plantUnfenced(fkv1.AnnotationDeleteEpoch, fkv1.FormatEpoch(s.e1+1000))(s) },
+			write: func(s *scen) error {
+				if err := s.update(s.b.admin, s.e1, fence); err != nil {
+					return err
+				}
+				if m, ok := s.get().Annotations[fkv1.AnnotationDeleteEpoch]; ok {
+					return fmt.Errorf("the inherited mark %s of another epoch was kept", m)
+				}
+				return nil
+			}},
+		{name: "labelling an object that was given an owner while unfenced (deleting the owner would have the garbage collector delete it)",
+			noObject: true, want: fkv1.AdmissionInheritedFromUnfenced,
+			setup: func(s *scen) {
+				ctx := context.Background()
+				bait := configMap(s.ns, "bait", "-", nil, "")
+				s.must(s.b.mallory.Create(ctx, bait))
+				cm := configMap(s.ns, "report", "-", nil, "v1")
+				cm.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "bait", UID: bait.UID}}
+				s.must(s.b.mallory.Create(ctx, cm))
+			},
+			write: func(s *scen) error { return s.update(s.b.admin, s.e1, fence) }},
+		{name: "labelling an object whose deletion was requested while unfenced (removing its finalizer would complete it)",
+			noObject: true, want: fkv1.AdmissionInheritedFromUnfenced,
+			setup: func(s *scen) {
+				ctx := context.Background()
+				cm := configMap(s.ns, "report", "-", nil, "v1")
+				cm.Finalizers = []string{"example.com/hold"}
+				s.must(s.b.mallory.Create(ctx, cm))
+				s.must(s.b.mallory.Delete(ctx, cm))
+			},
 			write: func(s *scen) error { return s.update(s.b.admin, s.e1, fence) }},
 		{name: "labelling an object and removing the opt-out it carried unfenced, in one write", noObject: true, watermark: e1,
 			setup: plantUnfenced(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny),
@@ -595,6 +628,32 @@ func scaleFenced(t *testing.T, b *bed) {
 	b.settleGone(ns, lockName, w1.Status.Epoch)
 	expect("the old holder scales after the handoff", scale(w1.Status.Epoch, 7), fkv1.AdmissionNotCurrentEpoch, 2)
 	expect("the new holder scales", scale(w2.Status.Epoch, 3), "", 3)
+
+	// The other ways a scale arrives: a JSON patch, and a PUT of the Scale
+	// read back (what kubectl scale and the autoscalers send).
+	jsonScale := func(epoch int64, n int) error {
+		ops := fmt.Sprintf(`{"op":"replace","path":"/spec/replicas","value":%d}`, n)
+		if epoch != 0 {
+			ops = fmt.Sprintf(`{"op":"add","path":"/metadata/annotations","value":{%q:%q}},`, fkv1.AnnotationEpoch, fkv1.FormatEpoch(epoch)) + ops
+		}
+		return b.admin.SubResource("scale").Patch(ctx, report(), client.RawPatch(types.JSONPatchType, []byte("["+ops+"]")))
+	}
+	putScale := func(epoch int64, n int64) error {
+		sc := &unstructured.Unstructured{}
+		sc.SetGroupVersionKind(autoscalingv1.SchemeGroupVersion.WithKind("Scale"))
+		s.must(b.admin.SubResource("scale").Get(ctx, report(), sc))
+		s.must(unstructured.SetNestedField(sc.Object, n, "spec", "replicas"))
+		if epoch != 0 {
+			sc.SetAnnotations(map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(epoch)})
+		}
+		return b.admin.SubResource("scale").Update(ctx, report(), client.WithSubResourceBody(sc))
+	}
+	expect("a JSON-patch scale presenting no epoch", jsonScale(0, 8), fkv1.AdmissionMissingEpoch, 3)
+	expect("the old holder's JSON-patch scale", jsonScale(w1.Status.Epoch, 8), fkv1.AdmissionNotCurrentEpoch, 3)
+	expect("the holder's JSON-patch scale", jsonScale(w2.Status.Epoch, 4), "", 4)
+	expect("a scale PUT presenting no epoch", putScale(0, 9), fkv1.AdmissionMissingEpoch, 4)
+	expect("the old holder's scale PUT", putScale(w1.Status.Epoch, 9), fkv1.AdmissionNotCurrentEpoch, 4)
+	expect("the holder's scale PUT", putScale(w2.Status.Epoch, 5), "", 5)
 }
 
 // statusWrites: a status write is not fenced (rule 7), but a Deployment
@@ -662,6 +721,46 @@ func statusWrites(t *testing.T, b *bed) {
 			t.Fatalf("a status write meant to %s changed the fencing metadata: %v -> %v", tc.name, before, after)
 		}
 	}
+	// A PUT of the object read back (what the deployment controller sends)
+	// and a JSON patch are judged the same way.
+	put := func(mutate func(*appsv1.Deployment)) error {
+		var cur appsv1.Deployment
+		s.must(b.mallory.Get(ctx, client.ObjectKeyFromObject(d), &cur))
+		mutate(&cur)
+		return b.mallory.Status().Update(ctx, &cur)
+	}
+	before := stored()
+	if got := reasonOf(put(func(d *appsv1.Deployment) { d.Annotations[fkv1.AnnotationFenceIdentity] = fkv1.FenceIdentityAny })); got != fkv1.AdmissionStatusChangesFencing {
+		t.Fatalf("a status PUT opening the object to any identity got %q, want %q", got, fkv1.AdmissionStatusChangesFencing)
+	}
+	jsonBody := fmt.Sprintf(`[{"op":"add","path":"/metadata/annotations/%s","value":"monotonic"}]`, strings.ReplaceAll(fkv1.AnnotationFencePolicy, "/", "~1"))
+	if got := reasonOf(b.mallory.Status().Patch(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report"}},
+		client.RawPatch(types.JSONPatchType, []byte(jsonBody)))); got != fkv1.AdmissionStatusChangesFencing {
+		t.Fatalf("a JSON-patch status write relaxing the object to monotonic got %q, want %q", got, fkv1.AdmissionStatusChangesFencing)
+	}
+	if after := stored(); after != before {
+		t.Fatalf("a refused status PUT or JSON patch changed the fencing metadata: %v -> %v", before, after)
+	}
+	s.must(put(func(d *appsv1.Deployment) { d.Status.ObservedGeneration = 1 }))
+
+	// A status write cannot fence an unfenced object either (the label
+	// would come without an epoch). The webhook puts the label back as
+	// stored (absent); a Deployment's status strategy drops labels anyway,
+	// so CEL mode, which sees the object as it would be stored, has nothing
+	// to refuse here (on a kind that kept them it refuses).
+	plain := d.DeepCopy()
+	plain.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: "plain"}
+	s.must(b.admin.Create(ctx, plain))
+	labelBody := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, fkv1.LabelLock, lockName)
+	if got := reasonOf(b.mallory.Status().Patch(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain"}},
+		client.RawPatch(types.MergePatchType, []byte(labelBody)))); got != "" && got != fkv1.AdmissionStatusChangesFencing {
+		t.Fatalf("a status write adding the lock label got %q, want it kept out or refused", got)
+	}
+	s.must(b.admin.Get(ctx, client.ObjectKeyFromObject(plain), plain))
+	if l, ok := plain.Labels[fkv1.LabelLock]; ok {
+		t.Fatalf("a status write fenced an object with lock %q, presenting no epoch", l)
+	}
+
 	// What the deployment controller sends passes: status, and metadata
 	// that is not fencekeeper's.
 	s.must(status(`{"metadata":{"annotations":{"example.com/note":"x"}},"status":{"observedGeneration":1,"replicas":0}}`))

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
@@ -270,27 +272,33 @@ func Decide(r Request, lock LockState) Decision {
 		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionInvalidDeleteMark, epoch,
 			"%s must be the epoch this write presents (%d), not %q", fkv1.AnnotationDeleteEpoch, epoch, m)
 	}
-	// Fencing an object cannot adopt the relaxations it carried unfenced:
-	// anyone who could write it then could have planted them for the holder
-	// to inherit.
-	if k, v, ok := inheritedRelaxation(r, epoch); ok {
-		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionInheritedAnnotation, epoch,
-			"the write that fences this object with lock %s keeps %s=%q, which the object carried while it was unfenced "+
-				"(anyone who could write it then could have set it): remove it in this write and set it again with a later fenced write, "+
-				"or create the object fenced with it", lockRef, k, v)
+	// Fencing an object cannot adopt what it got while unfenced: anyone who
+	// could write it then could have planted it for the holder to inherit.
+	if what, ok := inheritedFromUnfenced(r, epoch); ok {
+		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionInheritedFromUnfenced, epoch,
+			"the write that fences this object with lock %s keeps %s", lockRef, what)
 	}
 	d := allow(fkv1.AdmissionEpochAccepted, epoch)
 	d.Watermark = epoch
 	return d
 }
 
-// inheritedRelaxation finds, on an update that adds the fencing label, a
-// relaxing annotation the new object keeps unchanged from the unfenced one:
-// fence-identity any, fence-policy monotonic, or a deletion mark for the
-// presented epoch (a mark of another epoch is dropped by the rewrite).
-func inheritedRelaxation(r Request, epoch int64) (key, value string, found bool) {
+// inheritedFromUnfenced finds, on an update that adds the fencing label,
+// what the new object keeps from the unfenced one that relaxes the rules:
+// fence-identity any, fence-policy monotonic, a deletion mark for the
+// presented epoch (a mark of another epoch is dropped by the rewrite), an
+// owner reference (the garbage collector deletes a fenced object whose owner
+// is gone), or a deletion in progress (removing the last finalizer, a
+// metadata-only write, would complete it).
+func inheritedFromUnfenced(r Request, epoch int64) (what string, found bool) {
 	if r.Op != Update || r.Old == nil || isFenced(r.Old) || !isFenced(r.New) {
-		return "", "", false
+		return "", false
+	}
+	const remove = ", which the object carried while it was unfenced (anyone who could write it then could have set it): " +
+		"remove it in this write and set it again with a later fenced write, or create the object fenced with it"
+	if ts := r.Old.GetDeletionTimestamp(); ts != nil {
+		return fmt.Sprintf("a deletion requested at %s while it was unfenced: an object being deleted cannot be fenced; "+
+			"create it fenced once it is gone", ts.UTC().Format(time.RFC3339)), true
 	}
 	oldA, newA := r.Old.GetAnnotations(), r.New.GetAnnotations()
 	for _, k := range []struct{ key, value string }{
@@ -299,10 +307,16 @@ func inheritedRelaxation(r Request, epoch int64) (key, value string, found bool)
 		{fkv1.AnnotationDeleteEpoch, fkv1.FormatEpoch(epoch)},
 	} {
 		if v, ok := oldA[k.key]; ok && v == k.value && newA[k.key] == v {
-			return k.key, v, true
+			return fmt.Sprintf("annotation %s=%q", k.key, v) + remove, true
 		}
 	}
-	return "", "", false
+	had := ownerUIDs(r.Old)
+	for _, o := range r.New.GetOwnerReferences() {
+		if had[o.UID] {
+			return fmt.Sprintf("owner reference %s %s (uid %s)", o.Kind, o.Name, o.UID) + remove, true
+		}
+	}
+	return "", false
 }
 
 // decideDelete is rule 6: a fenced object is deleted by namespace deletion,
@@ -442,16 +456,21 @@ func fenceKeys(m map[string]string) map[string]string {
 
 // addsOwner reports whether obj names an owner (by UID) that old does not.
 func addsOwner(old, obj *unstructured.Unstructured) bool {
-	had := map[string]bool{}
-	for _, o := range old.GetOwnerReferences() {
-		had[string(o.UID)] = true
-	}
+	had := ownerUIDs(old)
 	for _, o := range obj.GetOwnerReferences() {
-		if !had[string(o.UID)] {
+		if !had[o.UID] {
 			return true
 		}
 	}
 	return false
+}
+
+func ownerUIDs(u *unstructured.Unstructured) map[types.UID]bool {
+	had := map[types.UID]bool{}
+	for _, o := range u.GetOwnerReferences() {
+		had[o.UID] = true
+	}
+	return had
 }
 
 // StatusWrite decides a write to the status subresource of a fenced

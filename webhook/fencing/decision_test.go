@@ -4,8 +4,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
@@ -97,6 +100,15 @@ func TestDecide(t *testing.T) {
 	monotonic := withAnnotation(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic)
 	optOut := withAnnotation(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)
 	markAt := func(e string) func(*unstructured.Unstructured) { return withAnnotation(fkv1.AnnotationDeleteEpoch, e) }
+	ownedBy := func(uid string) func(*unstructured.Unstructured) {
+		return func(u *unstructured.Unstructured) {
+			u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "bait", UID: types.UID(uid)}})
+		}
+	}
+	deleting := func(u *unstructured.Unstructured) {
+		u.SetFinalizers([]string{"example.com/x"})
+		u.SetDeletionTimestamp(&metav1.Time{Time: time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC)})
+	}
 	at42 := stored("v12", "42")
 	at40 := stored("v10", "40")
 	cases := []struct {
@@ -181,13 +193,13 @@ func TestDecide(t *testing.T) {
 			lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch},
 		{name: "fencing an object that carried fence-identity any while unfenced",
 			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>"), optOut), write(stored("v1", "-", optOut), "v2", "42")),
-			lock: heldBy42, reason: fkv1.AdmissionInheritedAnnotation, code: 422, msg: `keeps fencekeeper.io/fence-identity="any", which the object carried while it was unfenced`},
+			lock: heldBy42, reason: fkv1.AdmissionInheritedFromUnfenced, code: 422, msg: `keeps annotation fencekeeper.io/fence-identity="any", which the object carried while it was unfenced`},
 		{name: "fencing an object that carried fence-policy monotonic while unfenced",
 			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>"), monotonic), write(stored("v1", "-", monotonic), "v2", "42")),
-			lock: heldBy42, reason: fkv1.AdmissionInheritedAnnotation, msg: "fencekeeper.io/fence-policy"},
+			lock: heldBy42, reason: fkv1.AdmissionInheritedFromUnfenced, msg: "fencekeeper.io/fence-policy"},
 		{name: "fencing an object that carried a deletion mark for the presented epoch while unfenced",
 			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>"), markAt("42")), write(stored("v1", "-", markAt("42")), "v2", "42")),
-			lock: heldBy42, reason: fkv1.AdmissionInheritedAnnotation, msg: "fencekeeper.io/delete-epoch"},
+			lock: heldBy42, reason: fkv1.AdmissionInheritedFromUnfenced, msg: "fencekeeper.io/delete-epoch"},
 		{name: "fencing an object that carried a deletion mark of another epoch: the rewrite drops it",
 			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>"), markAt("41")), write(stored("v1", "-", markAt("41")), "v2", "42")),
 			lock: heldBy42, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 42},
@@ -198,6 +210,16 @@ func TestDecide(t *testing.T) {
 		{name: "fencing an object with relaxations the fencing write sets itself",
 			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>")), write(stored("v1", "-"), "v2", "42", optOut, monotonic)),
 			lock: heldBy42, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 42},
+		{name: "fencing an object that carried an owner while unfenced (the garbage collector would delete it once that owner is gone)",
+			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>"), ownedBy("bait-uid")), write(stored("v1", "-", ownedBy("bait-uid")), "v2", "42")),
+			lock: heldBy42, reason: fkv1.AdmissionInheritedFromUnfenced, code: 422, msg: "owner reference ConfigMap bait (uid bait-uid)"},
+		{name: "fencing an object and giving it an owner in the same write (the holder's own)",
+			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>")), write(stored("v1", "-"), "v2", "42", ownedBy("mine-uid"))),
+			lock: heldBy42, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 42},
+		{name: "fencing an object whose deletion was requested while unfenced (removing the last finalizer would complete it)",
+			req: update(stored("v1", "-", withLabel(lockLabel, "<none>"), deleting),
+				write(stored("v1", "-", deleting), "v2", "42")),
+			lock: heldBy42, reason: fkv1.AdmissionInheritedFromUnfenced, code: 422, msg: "an object being deleted cannot be fenced"},
 		{name: "fencing an object that carried fence-policy current while unfenced (not a relaxation)",
 			req: update(stored("v1", "-", withLabel(lockLabel, "<none>"), withAnnotation(fkv1.AnnotationFencePolicy, fkv1.FencePolicyCurrent)),
 				write(stored("v1", "-", withAnnotation(fkv1.AnnotationFencePolicy, fkv1.FencePolicyCurrent)), "v2", "42")),

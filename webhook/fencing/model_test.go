@@ -114,7 +114,7 @@ func model(in modelInput) (bool, fkv1.AdmissionReason) {
 	// build keeps the stored mark on the new object).
 	if in.storedUnfenced && ((in.storedPolicy == "monotonic" && in.newPolicy == in.storedPolicy) ||
 		(in.deleteMark != "" && in.deleteMark == strconv.FormatInt(e, 10))) {
-		return false, fkv1.AdmissionInheritedAnnotation
+		return false, fkv1.AdmissionInheritedFromUnfenced
 	}
 	return true, fkv1.AdmissionEpochAccepted
 }
