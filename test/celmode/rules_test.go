@@ -198,6 +198,15 @@ func cases() []ruleCase {
 			write: func(s *scen) error {
 				return s.b.admin.Create(context.Background(), configMap(s.ns, "report", elsewhereLock, map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(s.eElsewhere)}, "v1"))
 			}},
+		{name: "create through server-side apply, fenced by a lock held in another namespace but not here, presenting nothing", noObject: true,
+			want: fkv1.AdmissionMissingEpoch, cel: &noLease, why: "an apply that creates is a CREATE: the lease-required binding refuses it as it refuses a create",
+			setup: func(s *scen) { s.heldElsewhere() },
+			write: func(s *scen) error {
+				body := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"report","namespace":%q,"labels":{%q:%q}},"data":{"report":"v1"}}`,
+					s.ns, fkv1.LabelLock, elsewhereLock)
+				return s.b.admin.Patch(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "report"}},
+					client.RawPatch(types.ApplyPatchType, []byte(body)), client.FieldOwner("w1"), client.ForceOwnership)
+			}},
 		{name: "create fenced by a lock nobody has claimed, presenting nothing", noObject: true, want: fkv1.AdmissionMissingEpoch,
 			cel: &allowed, why: "a lock name no claim or Lease names has no bindings at all, and the base policy cannot tell a missing token from a consumed one",
 			write: func(s *scen) error {
