@@ -223,6 +223,7 @@ func TestChaos(t *testing.T) {
 	sum.Faults["reply-lost"] = counts.ReplyLost.Load()
 	sum.Faults["forged-next-epoch"] = counts.Forged.Load()
 	sum.Faults["process-holder-pause"] = counts.ProcessPauses.Load()
+	sum.Faults["forced-unlock"] = counts.Breaks.Load()
 	sum.ProcessRuns = counts.ProcessRuns.Load()
 	for i, m := range Methods {
 		sum.ByMethod[m] = counts.ByMethod[i].Load()
@@ -238,6 +239,9 @@ func TestChaos(t *testing.T) {
 	}
 	if sum.Faults["holder-pause"] == 0 || sum.RefusedStale == 0 {
 		t.Errorf("no holder was paused past its lease, or no stale write was refused: the runs tested nothing: %s", out)
+	}
+	if sum.Runs >= 4 && sum.Faults["forced-unlock"] == 0 {
+		t.Errorf("%d runs and no lock was ever broken: the forced-unlock path was not tested: %s", sum.Runs, out)
 	}
 }
 
@@ -292,13 +296,17 @@ func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, procs 
 		Rng: rand.New(rand.NewPCG(rng.Uint64(), 4)), Pauses: &counts.ProcessPauses, Runs: &counts.ProcessRuns}
 	wg.Add(1)
 	go func() { defer wg.Done(); pw.Run(wctx) }()
+	br := &Breaker{NS: ns, Lock: lock, Plugin: procs.plugin, Kubeconfig: procs.kubeconfig,
+		Rng: rand.New(rand.NewPCG(rng.Uint64(), 5)), Breaks: &counts.Breaks}
+	wg.Add(1)
+	go func() { defer wg.Done(); br.Run(wctx) }()
 	wg.Wait()
 	cancel()
 	time.Sleep(time.Second) // the last states reach the recorder
 	h, rerrs := rec.Stop()
 	v, st := Check(h, Window)
 	bmu.Lock()
-	v = append(v, CheckBeliefs(h, beliefs)...)
+	v = append(v, CheckBeliefs(h, beliefs, br.Broken())...)
 	bmu.Unlock()
 	if len(v) > 0 {
 		writeTimeline(filepath.Join(outDir, fmt.Sprintf("run-%d.txt", seed)), seed, ttl, h, v)

@@ -198,7 +198,11 @@ func Check(h []Event, window time.Duration) ([]Violation, Stats) {
 // sent its last acknowledged renewal; the authority's expiry comes a TTL
 // after it observed that renewal, and the grant after that). Both clocks are
 // this process's.
-func CheckBeliefs(h []Event, beliefs []Belief) []Violation {
+//
+// broken names the epochs an operator force-released (kubectl fence
+// break): the next epoch is granted at once, before the broken holder can
+// know, so its beliefs are exempt (its writes are still checked by Check).
+func CheckBeliefs(h []Event, beliefs []Belief, broken map[int64]bool) []Violation {
 	var grants []Event
 	for _, e := range h {
 		if (e.Kind == KindClaim || (e.Kind == KindLease && e.Held)) && e.Holder != "" {
@@ -208,6 +212,9 @@ func CheckBeliefs(h []Event, beliefs []Belief) []Violation {
 	sort.Slice(grants, func(i, j int) bool { return grants[i].At.Before(grants[j].At) })
 	var out []Violation
 	for _, b := range beliefs {
+		if broken[b.Epoch] {
+			continue
+		}
 		for _, g := range grants {
 			if g.At.After(b.At) {
 				break

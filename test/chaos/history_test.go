@@ -69,11 +69,19 @@ func TestCheckBeliefs(t *testing.T) {
 		{Kind: KindClaim, RV: 21, Epoch: 101, Holder: "w2", Who: "w2", At: t0.Add(3 * time.Second)},
 	}
 	ok := []Belief{{Epoch: 100, Who: "w1", At: t0.Add(2900 * time.Millisecond)}, {Epoch: 101, Who: "w2", At: t0.Add(4 * time.Second)}}
-	if v := CheckBeliefs(h, ok); len(v) != 0 {
+	if v := CheckBeliefs(h, ok, nil); len(v) != 0 {
 		t.Fatalf("unexpected: %v", v)
 	}
 	late := append(ok, Belief{Epoch: 100, Who: "w1", At: t0.Add(3100 * time.Millisecond)})
-	if v := CheckBeliefs(h, late); len(v) != 1 || v[0].Rule != RuleTwoBelievers {
+	if v := CheckBeliefs(h, late, nil); len(v) != 1 || v[0].Rule != RuleTwoBelievers {
 		t.Fatalf("want one %q, got %v", RuleTwoBelievers, v)
+	}
+	// A forced unlock grants the next epoch before the broken holder can
+	// know: only the broken epoch's beliefs are exempt.
+	if v := CheckBeliefs(h, late, map[int64]bool{100: true}); len(v) != 0 {
+		t.Fatalf("a broken epoch's belief counted: %v", v)
+	}
+	if v := CheckBeliefs(h, late, map[int64]bool{99: true}); len(v) != 1 {
+		t.Fatalf("another epoch's break exempted epoch 100: %v", v)
 	}
 }

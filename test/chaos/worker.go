@@ -33,7 +33,7 @@ var Methods = []string{"update", "json-patch", "merge-patch", "merge-from-stale"
 // Counters are a run's figures (safe for concurrent use).
 type Counters struct {
 	Grants, Accepted, RefusedStale, RefusedOther, Conflicts, ReplyLost atomic.Int64
-	Pauses, OutOfOrder, Forged, ProcessPauses, ProcessRuns             atomic.Int64
+	Pauses, OutOfOrder, Forged, ProcessPauses, ProcessRuns, Breaks     atomic.Int64
 	ByMethod                                                           [5]atomic.Int64
 }
 
