@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -30,6 +31,7 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/controllers/celbinding"
+	"github.com/fencekeeper/fencekeeper/controllers/celcleanup"
 	"github.com/fencekeeper/fencekeeper/controllers/claimcleanup"
 	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
 	"github.com/fencekeeper/fencekeeper/controllers/lock"
@@ -134,6 +136,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	switch o.FencingMode {
 	case "", FencingModeWebhook:
+		// A switch from CEL mode leaves its policies behind: remove them
+		// (an apiserver without MutatingAdmissionPolicy never ran CEL mode).
+		if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: admissionregistrationv1.GroupName, Kind: "MutatingAdmissionPolicy"}, "v1"); err == nil {
+			if err := celcleanup.NewReconciler(mgr.GetClient()).SetupWithManager(mgr, copts); err != nil {
+				return err
+			}
+		}
 	case FencingModeCEL:
 		// The webhook still serves the scale subresource (a Scale carries
 		// no labels for a policy binding to select).

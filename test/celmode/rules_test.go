@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,6 +27,8 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/webhook"
+	"github.com/fencekeeper/fencekeeper/webhook/celmode"
 )
 
 const lockName = "report-2026-07"
@@ -341,6 +345,18 @@ func cases() []ruleCase {
 					data("v2")(cm)
 				})
 			}},
+		{name: "renaming an owner in place, same UID (the garbage collector would find none and delete the object), presenting nothing",
+			want: fkv1.AdmissionMissingEpoch,
+			setup: func(s *scen) {
+				bait := configMap(s.ns, "bait", "-", nil, "")
+				s.must(s.b.admin.Create(context.Background(), bait))
+				s.must(s.update(s.b.admin, s.e1, func(cm *corev1.ConfigMap) {
+					cm.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "bait", UID: bait.UID}}
+				}))
+			},
+			write: func(s *scen) error {
+				return s.update(s.b.mallory, 0, func(cm *corev1.ConfigMap) { cm.OwnerReferences[0].Name = "elsewhere" })
+			}},
 		{name: "metadata-only: an unrelated label, no epoch", watermark: e1,
 			write: func(s *scen) error {
 				return s.update(s.b.admin, 0, func(cm *corev1.ConfigMap) { cm.Labels["team"] = "reports" })
@@ -456,6 +472,9 @@ func TestCELMode(t *testing.T) {
 			t.Run("current after a handoff", func(t *testing.T) { currentAfterHandoff(t, b) })
 			t.Run("scale subresource", func(t *testing.T) { scaleFenced(t, b) })
 			t.Run("status subresource", func(t *testing.T) { statusWrites(t, b) })
+			if mode == modeWebhook {
+				t.Run("CEL-mode policies left behind by a switch to webhook mode", func(t *testing.T) { celLeftovers(t, b) })
+			}
 		})
 	}
 }
@@ -777,5 +796,55 @@ func statusWrites(t *testing.T, b *bed) {
 	s.must(b.admin.Get(ctx, client.ObjectKeyFromObject(d), &got))
 	if got.Annotations[fkv1.AnnotationFencedEpoch] != fkv1.FormatEpoch(w1.Status.Epoch) || got.Annotations["example.com/note"] != "x" {
 		t.Fatalf("after an allowed status write the annotations are %v", got.Annotations)
+	}
+}
+
+// celLeftovers: a switch from CEL mode to webhook mode leaves the policies
+// and bindings the CEL-mode manager applied (Helm did not). Left in place,
+// the mutating policy would consume each write's token before the webhook
+// saw it; a webhook-mode manager removes them (controllers/celcleanup),
+// and the holder's writes pass again.
+func celLeftovers(t *testing.T, b *bed) {
+	ctx := context.Background()
+	s, w1 := b.held(t)
+	guarded, err := webhook.ParseGuardedResources([]string{"configmaps"})
+	s.must(err)
+	policies, err := celmode.Render(celmode.Options{Guarded: guarded})
+	s.must(err)
+	s.must(celmode.Install(ctx, b.admin, policies))
+	for _, obj := range celmode.Bindings(lockName).Objects() {
+		s.must(client.IgnoreAlreadyExists(b.admin.Create(ctx, obj)))
+	}
+	left := func() []string {
+		var names []string
+		for _, list := range []client.ObjectList{
+			&admissionregistrationv1.MutatingAdmissionPolicyBindingList{}, &admissionregistrationv1.MutatingAdmissionPolicyList{},
+			&admissionregistrationv1.ValidatingAdmissionPolicyBindingList{}, &admissionregistrationv1.ValidatingAdmissionPolicyList{},
+		} {
+			s.must(b.admin.List(ctx, list))
+			items, err := apimeta.ExtractList(list)
+			s.must(err)
+			for _, it := range items {
+				if o := it.(client.Object); celmode.Owned(o) {
+					names = append(names, o.GetName())
+				}
+			}
+		}
+		return names
+	}
+	var last []string
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		last = left()
+		return len(last) == 0, nil
+	}); err != nil {
+		t.Fatalf("the webhook-mode manager left the CEL-mode objects in place: %v", last)
+	}
+	// The holder writes as usual, after every apiserver had time to drop
+	// the policies (they reload on a timer).
+	time.Sleep(celmode.LoadDelay)
+	s.must(b.admin.Create(ctx, configMap(s.ns, "report", lockName, map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(w1.Status.Epoch)}, "v1")))
+	s.must(s.update(b.admin, w1.Status.Epoch, data("v2")))
+	if got := s.get().Annotations[fkv1.AnnotationFencedEpoch]; got != fkv1.FormatEpoch(w1.Status.Epoch) {
+		t.Fatalf("stored fenced-epoch %q, want %d", got, w1.Status.Epoch)
 	}
 }

@@ -224,6 +224,7 @@ func TestChaos(t *testing.T) {
 	sum.Faults["forged-next-epoch"] = counts.Forged.Load()
 	sum.Faults["process-holder-pause"] = counts.ProcessPauses.Load()
 	sum.Faults["forced-unlock"] = counts.Breaks.Load()
+	sum.Faults["forced-unlock-asked"] = counts.BreaksAsked.Load()
 	sum.ProcessRuns = counts.ProcessRuns.Load()
 	for i, m := range Methods {
 		sum.ByMethod[m] = counts.ByMethod[i].Load()
@@ -297,7 +298,7 @@ func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, procs 
 	wg.Add(1)
 	go func() { defer wg.Done(); pw.Run(wctx) }()
 	br := &Breaker{NS: ns, Lock: lock, Plugin: procs.plugin, Kubeconfig: procs.kubeconfig,
-		Rng: rand.New(rand.NewPCG(rng.Uint64(), 5)), Breaks: &counts.Breaks}
+		Rng: rand.New(rand.NewPCG(rng.Uint64(), 5)), Asked: &counts.BreaksAsked}
 	wg.Add(1)
 	go func() { defer wg.Done(); br.Run(wctx) }()
 	wg.Wait()
@@ -306,7 +307,8 @@ func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, procs 
 	h, rerrs := rec.Stop()
 	v, st := Check(h, Window)
 	bmu.Lock()
-	v = append(v, CheckBeliefs(h, beliefs, br.Broken())...)
+	v = append(v, CheckBeliefs(h, beliefs, ttl+Window)...)
+	counts.Breaks.Add(int64(Broken(h)))
 	bmu.Unlock()
 	if len(v) > 0 {
 		writeTimeline(filepath.Join(outDir, fmt.Sprintf("run-%d.txt", seed)), seed, ttl, h, v)

@@ -23,6 +23,9 @@ const (
 	KindLease Kind = "lease"
 	// KindClaim: a FencedLease showing Held with an epoch.
 	KindClaim Kind = "claim"
+	// KindBroken: a FencedLease whose hold an operator ended (kubectl fence
+	// break: Expired with reason ForcedRelease).
+	KindBroken Kind = "broken"
 )
 
 // Event is one stored state, as a watch delivered it. RV orders events of
@@ -60,6 +63,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("rv=%d write %s fenced-epoch=%d data-epoch=%d current=%v", e.RV, e.Object, e.Epoch, e.DataEpoch, e.Current)
 	case KindLease:
 		return fmt.Sprintf("rv=%d lease epoch=%d held=%v holder=%s", e.RV, e.Epoch, e.Held, e.Holder)
+	case KindBroken:
+		return fmt.Sprintf("rv=%d claim %s broken at epoch=%d uid=%s", e.RV, e.Object, e.Epoch, e.Holder)
 	default:
 		return fmt.Sprintf("rv=%d claim %s Held epoch=%d uid=%s", e.RV, e.Object, e.Epoch, e.Holder)
 	}
@@ -111,6 +116,17 @@ type Stats struct {
 	InsideWindow int
 	// ByWriter counts accepted writes by the writer their data names.
 	ByWriter map[string]int
+}
+
+// Broken counts the holds an operator ended in h (distinct epochs).
+func Broken(h []Event) int {
+	epochs := map[int64]bool{}
+	for _, e := range h {
+		if e.Kind == KindBroken {
+			epochs[e.Epoch] = true
+		}
+	}
+	return len(epochs)
 }
 
 // Check returns every violation in h (sorted by RV first). window is the
@@ -199,20 +215,26 @@ func Check(h []Event, window time.Duration) ([]Violation, Stats) {
 // after it observed that renewal, and the grant after that). Both clocks are
 // this process's.
 //
-// broken names the epochs an operator force-released (kubectl fence
-// break): the next epoch is granted at once, before the broken holder can
-// know, so its beliefs are exempt (its writes are still checked by Check).
-func CheckBeliefs(h []Event, beliefs []Belief, broken map[int64]bool) []Violation {
+// A hold an operator broke (KindBroken in h) ends at once: the next epoch
+// can be granted before the broken holder's library can know, so that
+// holder's beliefs are exempt for grace after the break was recorded (its
+// safe time ends at most a TTL after its last acknowledged renewal: pass
+// TTL plus the observation slack). Its writes are still checked by Check.
+func CheckBeliefs(h []Event, beliefs []Belief, grace time.Duration) []Violation {
 	var grants []Event
+	brokenAt := map[int64]time.Time{}
 	for _, e := range h {
 		if (e.Kind == KindClaim || (e.Kind == KindLease && e.Held)) && e.Holder != "" {
 			grants = append(grants, e)
+		}
+		if at, seen := brokenAt[e.Epoch]; e.Kind == KindBroken && (!seen || e.At.Before(at)) {
+			brokenAt[e.Epoch] = e.At
 		}
 	}
 	sort.Slice(grants, func(i, j int) bool { return grants[i].At.Before(grants[j].At) })
 	var out []Violation
 	for _, b := range beliefs {
-		if broken[b.Epoch] {
+		if at, ok := brokenAt[b.Epoch]; ok && b.At.Before(at.Add(grace)) {
 			continue
 		}
 		for _, g := range grants {

@@ -69,19 +69,28 @@ func TestCheckBeliefs(t *testing.T) {
 		{Kind: KindClaim, RV: 21, Epoch: 101, Holder: "w2", Who: "w2", At: t0.Add(3 * time.Second)},
 	}
 	ok := []Belief{{Epoch: 100, Who: "w1", At: t0.Add(2900 * time.Millisecond)}, {Epoch: 101, Who: "w2", At: t0.Add(4 * time.Second)}}
-	if v := CheckBeliefs(h, ok, nil); len(v) != 0 {
+	if v := CheckBeliefs(h, ok, time.Second); len(v) != 0 {
 		t.Fatalf("unexpected: %v", v)
 	}
 	late := append(ok, Belief{Epoch: 100, Who: "w1", At: t0.Add(3100 * time.Millisecond)})
-	if v := CheckBeliefs(h, late, nil); len(v) != 1 || v[0].Rule != RuleTwoBelievers {
+	if v := CheckBeliefs(h, late, time.Second); len(v) != 1 || v[0].Rule != RuleTwoBelievers {
 		t.Fatalf("want one %q, got %v", RuleTwoBelievers, v)
 	}
 	// A forced unlock grants the next epoch before the broken holder can
-	// know: only the broken epoch's beliefs are exempt.
-	if v := CheckBeliefs(h, late, map[int64]bool{100: true}); len(v) != 0 {
-		t.Fatalf("a broken epoch's belief counted: %v", v)
+	// know: the broken epoch's beliefs are exempt, for grace after the
+	// break was recorded only.
+	broken := append(append([]Event(nil), h...), Event{Kind: KindBroken, RV: 20, Epoch: 100, Holder: "w1", At: t0.Add(2950 * time.Millisecond)})
+	if v := CheckBeliefs(broken, late, time.Second); len(v) != 0 {
+		t.Fatalf("a broken epoch's belief right after the break counted: %v", v)
 	}
-	if v := CheckBeliefs(h, late, map[int64]bool{99: true}); len(v) != 1 {
-		t.Fatalf("another epoch's break exempted epoch 100: %v", v)
+	tooLate := append(late, Belief{Epoch: 100, Who: "w1", At: t0.Add(4 * time.Second)})
+	if v := CheckBeliefs(broken, tooLate, time.Second); len(v) != 1 {
+		t.Fatalf("a broken holder believing past the grace was not flagged: %v", v)
+	}
+	if v, _ := Check(broken, time.Second); len(v) != 0 {
+		t.Fatalf("a recorded break is a violation of Check: %v", v)
+	}
+	if n := Broken(broken); n != 1 {
+		t.Fatalf("Broken = %d, want 1", n)
 	}
 }

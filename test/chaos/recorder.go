@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 
@@ -124,10 +125,16 @@ func convert(obj runtime.Object, lock string, deleted bool) (Event, bool) {
 		led := fkv1.ReadLedger(o, lock)
 		return Event{Kind: KindLease, Object: o.Name, Epoch: led.Epoch, Held: led.Held(), Holder: string(led.HolderUID)}, true
 	case *fkv1.FencedLease:
-		if o.Spec.LockName != lock || deleted || o.Status.Phase != fkv1.PhaseHeld {
+		if o.Spec.LockName != lock || deleted {
 			return Event{}, false
 		}
-		return Event{Kind: KindClaim, Object: o.Name, Epoch: o.Status.Epoch, Holder: string(o.UID), Who: o.Spec.HolderIdentity}, true
+		switch held := meta.FindStatusCondition(o.Status.Conditions, fkv1.ConditionHeld); {
+		case o.Status.Phase == fkv1.PhaseHeld:
+			return Event{Kind: KindClaim, Object: o.Name, Epoch: o.Status.Epoch, Holder: string(o.UID), Who: o.Spec.HolderIdentity}, true
+		case o.Status.Phase == fkv1.PhaseExpired && held != nil && held.Reason == fkv1.ReasonForcedRelease && o.Status.Epoch != 0:
+			return Event{Kind: KindBroken, Object: o.Name, Epoch: o.Status.Epoch, Holder: string(o.UID), Who: o.Spec.HolderIdentity}, true
+		}
+		return Event{}, false
 	}
 	return Event{}, false
 }

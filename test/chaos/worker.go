@@ -33,8 +33,11 @@ var Methods = []string{"update", "json-patch", "merge-patch", "merge-from-stale"
 // Counters are a run's figures (safe for concurrent use).
 type Counters struct {
 	Grants, Accepted, RefusedStale, RefusedOther, Conflicts, ReplyLost atomic.Int64
-	Pauses, OutOfOrder, Forged, ProcessPauses, ProcessRuns, Breaks     atomic.Int64
-	ByMethod                                                           [5]atomic.Int64
+	Pauses, OutOfOrder, Forged, ProcessPauses, ProcessRuns             atomic.Int64
+	// Breaks are holds that ended by a forced unlock (from the history);
+	// BreaksAsked the break requests the plugin accepted.
+	Breaks, BreaksAsked atomic.Int64
+	ByMethod            [5]atomic.Int64
 }
 
 // Worker is one holder: it acquires the lock with the library, writes the

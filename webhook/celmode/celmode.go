@@ -23,6 +23,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -354,6 +355,58 @@ func RemoveBindings(ctx context.Context, c client.Client, lock string) (time.Dur
 		}
 	}
 	return 0, nil
+}
+
+// Owned reports whether obj is one of the objects CEL mode applies: a
+// policy Install applies, the base binding, or a per-lock binding, labelled
+// as fencekeeper's.
+func Owned(obj client.Object) bool {
+	if obj.GetLabels()[fkv1.LabelManagedBy] != fkv1.ManagedByValue {
+		return false
+	}
+	switch n := obj.GetName(); n {
+	case PolicyName, BasePolicyName, LeaseRequiredPolicyName:
+		return true
+	default:
+		return strings.HasPrefix(n, bindingPrefix)
+	}
+}
+
+// Uninstall deletes every object CEL mode applied (Owned), for a manager
+// in webhook mode that finds them after a switch from CEL mode: left in
+// place, the mutating policy would consume each write's token before the
+// webhook sees it, and the webhook would refuse the write as presenting
+// none. The mutating policy's bindings and the policy go first (the webhook
+// checks every write meanwhile), the validating ones after. It returns how
+// many objects it deleted.
+func Uninstall(ctx context.Context, c client.Client) (int, error) {
+	lists := []client.ObjectList{
+		&admissionregistrationv1.MutatingAdmissionPolicyBindingList{},
+		&admissionregistrationv1.MutatingAdmissionPolicyList{},
+		&admissionregistrationv1.ValidatingAdmissionPolicyBindingList{},
+		&admissionregistrationv1.ValidatingAdmissionPolicyList{},
+	}
+	deleted := 0
+	for _, list := range lists {
+		if err := c.List(ctx, list, client.MatchingLabels{fkv1.LabelManagedBy: fkv1.ManagedByValue}); err != nil {
+			return deleted, fmt.Errorf("listing CEL-mode objects: %w", err)
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			return deleted, err
+		}
+		for _, item := range items {
+			obj, ok := item.(client.Object)
+			if !ok || !Owned(obj) {
+				continue
+			}
+			if err := c.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}); client.IgnoreNotFound(err) != nil {
+				return deleted, fmt.Errorf("deleting %s: %w", obj.GetName(), err)
+			}
+			deleted++
+		}
+	}
+	return deleted, nil
 }
 
 func fromMap(raw map[string]any, into any) error {

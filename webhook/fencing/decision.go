@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -310,9 +311,9 @@ func inheritedFromUnfenced(r Request, epoch int64) (what string, found bool) {
 			return fmt.Sprintf("annotation %s=%q", k.key, v) + remove, true
 		}
 	}
-	had := ownerUIDs(r.Old)
+	had := owners(r.Old)
 	for _, o := range r.New.GetOwnerReferences() {
-		if had[o.UID] {
+		if had[ownerOf(o)] {
 			return fmt.Sprintf("owner reference %s %s (uid %s)", o.Kind, o.Name, o.UID) + remove, true
 		}
 	}
@@ -454,21 +455,33 @@ func fenceKeys(m map[string]string) map[string]string {
 	return out
 }
 
-// addsOwner reports whether obj names an owner (by UID) that old does not.
+// addsOwner reports whether obj names an owner that old does not. An owner
+// is its whole reference, not only its UID: the garbage collector looks it
+// up by apiVersion, kind and name, and deletes the dependent when that
+// finds nothing (or another UID), so renaming an owner in place is adding
+// one that does not exist.
 func addsOwner(old, obj *unstructured.Unstructured) bool {
-	had := ownerUIDs(old)
+	had := owners(old)
 	for _, o := range obj.GetOwnerReferences() {
-		if !had[o.UID] {
+		if !had[ownerOf(o)] {
 			return true
 		}
 	}
 	return false
 }
 
-func ownerUIDs(u *unstructured.Unstructured) map[types.UID]bool {
-	had := map[types.UID]bool{}
+// owner is what identifies an owner reference to the garbage collector.
+type owner struct {
+	apiVersion, kind, name string
+	uid                    types.UID
+}
+
+func ownerOf(o metav1.OwnerReference) owner { return owner{o.APIVersion, o.Kind, o.Name, o.UID} }
+
+func owners(u *unstructured.Unstructured) map[owner]bool {
+	had := map[owner]bool{}
 	for _, o := range u.GetOwnerReferences() {
-		had[o.UID] = true
+		had[ownerOf(o)] = true
 	}
 	return had
 }

@@ -188,6 +188,10 @@ func TestDecide(t *testing.T) {
 			req: update(at42, write(at42, "v12", "-", func(u *unstructured.Unstructured) {
 				u.Object["metadata"].(map[string]any)["ownerReferences"] = []any{map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": "ghost", "uid": "ghost-uid"}}
 			})), lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
+		{name: "renaming an owner in place (same UID: the garbage collector finds none and deletes the object) needs an epoch",
+			req: update(stored("v12", "42", ownedBy("owner-uid")), write(stored("v12", "42", ownedBy("owner-uid")), "v12", "-", func(u *unstructured.Unstructured) {
+				u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "elsewhere", UID: "owner-uid"}})
+			})), lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
 		{name: "fencing an unfenced object is checked as current, whatever its old annotations say",
 			req:  update(stored("v1", "-", withLabel(lockLabel, "<none>"), monotonic), write(stored("v1", "-", monotonic), "stale by W1", "41")),
 			lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch},

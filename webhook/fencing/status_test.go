@@ -83,4 +83,14 @@ func TestStatusWrite(t *testing.T) {
 			t.Errorf("%s: restoring dropped another label", tc.name)
 		}
 	}
+	// An owner renamed in place (same UID) is one the garbage collector will
+	// not find: refused like an added one; an unchanged owner passes.
+	renamed := owned(obj("r", base))
+	renamed.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "elsewhere", UID: "u-1"}})
+	if d := StatusWrite(owned(obj("r", base)), renamed); d.Allowed {
+		t.Error("a status write renamed an owner in place")
+	}
+	if d := StatusWrite(owned(obj("r", base)), owned(obj("r", base))); !d.Allowed {
+		t.Errorf("a status write keeping its owner was refused: %s", d.Message)
+	}
 }
