@@ -4,6 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/webhook"
 )
 
@@ -46,5 +50,41 @@ func TestBindingNameFitsEveryLockName(t *testing.T) {
 	}
 	if n := BindingName("report-2026-07"); n != "fencekeeper-lock-report-2026-07" {
 		t.Fatalf("BindingName = %q", n)
+	}
+}
+
+// Owned names what a webhook-mode manager deletes after a switch of modes:
+// everything Install and Bindings make, and nothing else (the chart's own
+// policies, another team's).
+func TestOwned(t *testing.T) {
+	g, err := webhook.ParseGuardedResources([]string{"configmaps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Render(Options{Guarded: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range append(p.Objects(), Bindings("report-2026-07").Objects()...) {
+		if !Owned(obj) {
+			t.Errorf("%T %s is not Owned", obj, obj.GetName())
+		}
+	}
+	ours := map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"fencekeeper-managed-lease-guard", ours},
+		{"fencekeeper-claim-identity", ours},
+		{"fencekeeper-claim-break", ours},
+		{"fencekeeper-fencing", map[string]string{fkv1.LabelManagedBy: "Helm"}},
+		{"fencekeeper-lock-report-2026-07", nil},
+		{"team-policy", ours},
+	} {
+		obj := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Labels: tc.labels}}
+		if Owned(obj) {
+			t.Errorf("%s (labels %v) is Owned", tc.name, tc.labels)
+		}
 	}
 }
