@@ -40,6 +40,9 @@ import (
 	"github.com/fencekeeper/fencekeeper/webhook/celmode"
 )
 
+// DefaultConcurrency is the manager's default --lock-concurrency.
+const DefaultConcurrency = 4
+
 // Fencing modes (docs/design.md §3).
 const (
 	FencingModeWebhook = "webhook"
@@ -51,7 +54,8 @@ const EventSource = "fencekeeper"
 
 // Options configure what Setup wires.
 type Options struct {
-	// Concurrency is how many locks (and pods) are reconciled in parallel.
+	// Concurrency is how many locks (and pods) are reconciled in parallel
+	// (the manager's --lock-concurrency, DefaultConcurrency unless set).
 	Concurrency int
 	// Clock for lease expiry (default: the real monotonic clock).
 	Clock clock.PassiveClock

@@ -49,7 +49,7 @@ func main() {
 		"Elect one active manager. For efficiency only: grants stay safe with several managers active at once.")
 	flag.StringVar(&leaderElectNamespace, "leader-election-namespace", "",
 		"Namespace of the leader-election Lease (default: the pod's namespace, required out of cluster).")
-	flag.IntVar(&concurrency, "lock-concurrency", 4, "Locks reconciled in parallel.")
+	flag.IntVar(&concurrency, "lock-concurrency", controllers.DefaultConcurrency, "Locks reconciled in parallel.")
 	flag.BoolVar(&enableWebhook, "enable-fencing-webhook", true, "Serve the fencing admission webhook (in --fencing-mode=cel it answers only for the scale subresource).")
 	flag.StringVar(&fencingMode, "fencing-mode", envOr("FENCING_MODE", controllers.FencingModeWebhook),
 		"How fenced writes are checked: \"webhook\" (the fencing admission webhook) or \"cel\" (admission policies inside the apiserver, which the manager applies and binds per lock, plus the webhook for the scale subresource; default $FENCING_MODE or webhook).")

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/fencekeeper/fencekeeper/controllers"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
 
@@ -41,6 +42,8 @@ type cluster struct {
 	systemLeaseWrites atomic.Int64
 	dir               string
 	metricsC          *http.Client
+	// lockWorkers is the manager's --lock-concurrency.
+	lockWorkers int
 }
 
 // managerMemLimit is the GOMEMLIMIT the chart sets by default.
@@ -82,9 +85,13 @@ func startCluster(ctx context.Context, syncPeriod time.Duration) (*cluster, erro
 		"--webhook-cert-dir", wh.LocalServingCertDir, "--sync-period", syncPeriod.String(), "--zap-log-level", "error",
 		// The 1,000-waiter handoff queues 1,000 waiters plus one per round.
 		"--max-waiters-per-lock", "5000")
+	c.lockWorkers = controllers.DefaultConcurrency
 	if v := os.Getenv("BENCH_LOCK_CONCURRENCY"); v != "" {
 		// Measure another --lock-concurrency than the manager's default.
 		c.manager.Args = append(c.manager.Args, "--lock-concurrency", v)
+		if c.lockWorkers, err = strconv.Atoi(v); err != nil || c.lockWorkers < 1 {
+			return nil, fmt.Errorf("BENCH_LOCK_CONCURRENCY=%q: want a positive whole number", v)
+		}
 	}
 	logf, _ := os.Create(filepath.Join(c.dir, "manager.log"))
 	c.manager.Stdout, c.manager.Stderr = logf, logf

@@ -149,12 +149,16 @@ func run(quick bool, p params) error {
 	done()
 
 	done = step("throughput")
+	before := cl.snapshot()
 	if r.GrantsPerS, err = grantThroughput(ctx, c, p.throughputLocks, 16); err != nil {
 		return err
 	}
+	r.ThroughputBreakdown = since(before, cl.snapshot(), cl.lockWorkers)
+	before = cl.snapshot()
 	if r.FloorUpdatesPerS, err = floorThroughput(ctx, c, p.throughputLocks, 16); err != nil {
 		return err
 	}
+	r.FloorThroughputBreakdown = since(before, cl.snapshot(), cl.lockWorkers)
 	done()
 
 	done = step("admission cost")

@@ -33,6 +33,8 @@ type report struct {
 	NoopResyncWrites            float64            `json:"noop_resync_writes"`
 	GrantsPerS                  float64            `json:"grants_per_s"`
 	FloorUpdatesPerS            float64            `json:"floor_updates_per_s"`
+	ThroughputBreakdown         breakdown          `json:"throughput_breakdown"`
+	FloorThroughputBreakdown    breakdown          `json:"floor_throughput_breakdown"`
 	GuardedUpdateMS             latency            `json:"guarded_update_ms"`
 	UnguardedUpdateMS           latency            `json:"unguarded_update_ms"`
 	WebhookHandlerMeanMS        float64            `json:"webhook_handler_mean_ms"`

@@ -36,6 +36,14 @@ type ControlPlaneProcess struct {
 	out    io.Writer
 }
 
+// Pid is the process's current pid (it changes when it is restarted).
+func (p *ControlPlaneProcess) Pid() int {
+	if p.cmd != nil && p.cmd.Process != nil {
+		return p.cmd.Process.Pid
+	}
+	return p.pid
+}
+
 // FindControlPlaneProcess finds the child process of this test process whose
 // executable is named name ("etcd", "kube-apiserver").
 func FindControlPlaneProcess(name string, out io.Writer) (*ControlPlaneProcess, error) {

@@ -1,0 +1,145 @@
+// Where a phase's time goes: the CPU each process used during it (on these
+// 2 cores, a sum near 2 means the phase is CPU-bound, well below it means
+// it waits), and the lock controller's reconciles, queue waits and API
+// calls from the manager's own metrics. Reported for the throughput phase,
+// to say what bounds grants/s.
+package main
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+// breakdown is one phase's figures (report key throughput_breakdown).
+type breakdown struct {
+	WallS float64 `json:"wall_s"`
+	// CoresUsed: CPU seconds over wall seconds, per process.
+	CoresUsed map[string]float64 `json:"cores_used"`
+	// LockReconciles and their mean time; LockWorkersBusy the share of the
+	// phase the controller's workers spent reconciling (near 1: they are
+	// what bounds it); the mean wait of a lock in the controller's queue;
+	// the manager's API requests.
+	LockReconciles         float64 `json:"lock_reconciles"`
+	LockReconcileMeanMS    float64 `json:"lock_reconcile_mean_ms"`
+	LockWorkersBusy        float64 `json:"lock_workers_busy"`
+	LockQueueWaitMeanMS    float64 `json:"lock_queue_wait_mean_ms"`
+	ManagerAPICalls        float64 `json:"manager_api_calls"`
+	ApiserverRequestsPerS  float64 `json:"apiserver_requests_per_s"`
+	ApiserverMutationsPerS float64 `json:"apiserver_mutations_per_s"`
+}
+
+// snapshot is the counters a breakdown is the difference of.
+type snapshot struct {
+	at  time.Time
+	cpu map[string]float64
+	m   map[string]float64
+}
+
+// metricSums are the manager metrics a breakdown reads: name -> a label
+// that must match ("" for any sample).
+var metricSums = []struct{ key, name, label string }{
+	{"reconcile_sum", "controller_runtime_reconcile_time_seconds_sum", `controller="lock"`},
+	{"reconcile_count", "controller_runtime_reconcile_time_seconds_count", `controller="lock"`},
+	{"queue_sum", "workqueue_queue_duration_seconds_sum", `name="lock"`},
+	{"queue_count", "workqueue_queue_duration_seconds_count", `name="lock"`},
+	{"api_count", "rest_client_requests_total", ""},
+}
+
+func (c *cluster) snapshot() snapshot {
+	s := snapshot{at: time.Now(), cpu: map[string]float64{}, m: map[string]float64{}}
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		if p, err := envtestutil.FindControlPlaneProcess(name, io.Discard); err == nil {
+			s.cpu[name] = procCPUSeconds(p.Pid())
+		}
+	}
+	s.cpu["manager"] = procCPUSeconds(c.manager.Process.Pid)
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		s.cpu["bench client"] = float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+	}
+	if resp, err := http.Get("http://" + c.metrics + "/metrics"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, ms := range metricSums {
+				if strings.HasPrefix(line, ms.name+"{") && strings.Contains(line, ms.label) {
+					f := strings.Fields(line)
+					v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+					s.m[ms.key] += v
+				}
+			}
+		}
+	}
+	all, mut := c.apiserverRequests()
+	s.m["apiserver_requests"], s.m["apiserver_mutations"] = all, mut
+	return s
+}
+
+// apiserverRequests sums apiserver_request_total: every request, and the
+// mutating ones.
+func (c *cluster) apiserverRequests() (all, mutating float64) {
+	resp, err := c.metricsC.Get(strings.TrimSuffix(c.admin.Host, "/") + "/metrics")
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		labels, val, _ := strings.Cut(line[len("apiserver_request_total{"):], "} ")
+		v, _ := strconv.ParseFloat(val, 64)
+		all += v
+		switch parseLabels(labels)["verb"] {
+		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
+			mutating += v
+		}
+	}
+	return all, mutating
+}
+
+// procCPUSeconds is a process's user + system CPU time (clock ticks of
+// 1/100 s, as Linux reports them to user space).
+func procCPUSeconds(pid int) float64 {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100
+}
+
+// since is the breakdown of the phase between a and b.
+func since(a, b snapshot, workers int) breakdown {
+	wall := b.at.Sub(a.at).Seconds()
+	d := func(k string) float64 { return b.m[k] - a.m[k] }
+	mean := func(sum, count string) float64 {
+		if d(count) == 0 {
+			return 0
+		}
+		return round2(d(sum) / d(count) * 1000)
+	}
+	out := breakdown{WallS: round2(wall), CoresUsed: map[string]float64{},
+		LockReconciles: d("reconcile_count"), LockReconcileMeanMS: mean("reconcile_sum", "reconcile_count"),
+		LockQueueWaitMeanMS: mean("queue_sum", "queue_count"),
+		LockWorkersBusy:     round2(d("reconcile_sum") / wall / float64(workers)), ManagerAPICalls: d("api_count"),
+		ApiserverRequestsPerS: round2(d("apiserver_requests") / wall), ApiserverMutationsPerS: round2(d("apiserver_mutations") / wall)}
+	for k, v := range b.cpu {
+		out.CoresUsed[k] = round2((v - a.cpu[k]) / wall)
+	}
+	return out
+}
