@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -80,6 +81,15 @@ type Options struct {
 	FencingMode        string
 	Guarded            []webhook.GuardedResource
 	ExcludedNamespaces []string
+	// SingleAuthority says this process's lock authority is the only one
+	// that can grant: leader election is on (only the leader reconciles
+	// locks), or one manager runs alone. Only then does its webhook answer
+	// rule 4 from its cache when the authority vouches for it; otherwise it
+	// reads every lock's Lease live, because another authority may have
+	// granted (or broken, or released) what this cache has not seen yet,
+	// for as long as this replica's watch lags (a stalled watch or a
+	// partition: up to a TTL, or for pod holders as long as it lasts).
+	SingleAuthority bool
 	// OnAuthority, when set, is given the lock authority (tests read its
 	// state: several managers in one process share the metrics registry).
 	OnAuthority func(*lock.Reconciler)
@@ -159,7 +169,22 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if !o.Webhook {
 		return nil
 	}
-	vouch := authorityViews{authority}
+	var vouch webhook.Authority
+	if o.SingleAuthority {
+		// Vouch only while this process reconciles locks: with leader
+		// election, a replica that stopped leading keeps its views and
+		// its webhook a moment longer, while the next leader grants.
+		active := &atomic.Bool{}
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			active.Store(true)
+			<-ctx.Done()
+			active.Store(false)
+			return nil
+		})); err != nil {
+			return err
+		}
+		vouch = authorityViews{r: authority, active: active}
+	}
 	if o.WebhookReady == nil {
 		webhook.SetupWithManager(mgr, vouch)
 		return nil
@@ -176,9 +201,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 
 // authorityViews lets the webhook ask the lock authority in this process
 // whether its Lease cache is fresh for a lock.
-type authorityViews struct{ r *lock.Reconciler }
+type authorityViews struct {
+	r *lock.Reconciler
+	// active is true while this process reconciles locks (it leads).
+	active *atomic.Bool
+}
 
 func (a authorityViews) FreshView(l types.NamespacedName) (int64, int64, bool) {
+	if !a.active.Load() {
+		return 0, 0, false
+	}
 	v, ok := a.r.FreshView(l)
 	return v.HeldEpoch, v.Floor, ok
 }

@@ -29,6 +29,7 @@ func main() {
 	var (
 		metricsAddr, probeAddr string
 		leaderElect            bool
+		singleAuthority        bool
 		leaderElectNamespace   string
 		concurrency            int
 		webhookPort            int
@@ -47,6 +48,10 @@ func main() {
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", false,
 		"Elect one active manager. For efficiency only: grants stay safe with several managers active at once.")
+	flag.BoolVar(&singleAuthority, "single-authority", false,
+		"This manager runs alone (one replica, no --leader-elect): its webhook may answer the current-holder rule from its cache while its lock authority vouches for it. "+
+			"Implied by --leader-elect. Without either, the webhook reads the lock's Lease live on every fenced write, since another replica may have granted an epoch its cache has not seen. "+
+			"Never set it with several replicas running without leader election.")
 	flag.StringVar(&leaderElectNamespace, "leader-election-namespace", "",
 		"Namespace of the leader-election Lease (default: the pod's namespace, required out of cluster).")
 	flag.IntVar(&concurrency, "lock-concurrency", controllers.DefaultConcurrency, "Locks reconciled in parallel.")
@@ -92,7 +97,7 @@ func main() {
 		maxWaiters = -1 // Setup's "no limit"
 	}
 	wiring := controllers.Options{Concurrency: concurrency, Webhook: enableWebhook, ExpiredClaimRetention: expiredRetention, MaxWaitersPerLock: maxWaiters,
-		FencingMode: fencingMode}
+		FencingMode: fencingMode, SingleAuthority: leaderElect || singleAuthority}
 	switch fencingMode {
 	case controllers.FencingModeWebhook:
 	case controllers.FencingModeCEL:

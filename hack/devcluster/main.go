@@ -205,7 +205,10 @@ func writeKubeconfig(user *envtest.AuthenticatedUser, dir, name string) (string,
 
 func startManager(o options, kubeconfig string, wh *envtest.WebhookInstallOptions) (*exec.Cmd, error) {
 	args := []string{"--kubeconfig", kubeconfig, "--metrics-bind-address", o.metricsAddr, "--health-probe-bind-address", o.probeAdr,
-		"--fencing-mode", o.fencingMode}
+		"--fencing-mode", o.fencingMode,
+		// The only manager here: its webhook may trust its cache while its
+		// authority vouches for it (as the chart's leader does).
+		"--single-authority"}
 	args = append(args, "--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir)
 	if o.fencingMode == "cel" {
 		args = append(args, "--guarded-resources", o.guarded, "--excluded-namespaces", "kube-system,"+envtestutil.ManagerNamespace)

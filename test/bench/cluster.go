@@ -84,7 +84,10 @@ func startCluster(ctx context.Context, syncPeriod time.Duration) (*cluster, erro
 		"--pprof-bind-address", c.pprof, "--webhook-port", strconv.Itoa(wh.LocalServingPort),
 		"--webhook-cert-dir", wh.LocalServingCertDir, "--sync-period", syncPeriod.String(), "--zap-log-level", "error",
 		// The 1,000-waiter handoff queues 1,000 waiters plus one per round.
-		"--max-waiters-per-lock", "5000")
+		"--max-waiters-per-lock", "5000",
+		// The only manager: its webhook answers from its cache while the
+		// authority vouches, as the chart's leader does.
+		"--single-authority")
 	c.lockWorkers = controllers.DefaultConcurrency
 	if v := os.Getenv("BENCH_LOCK_CONCURRENCY"); v != "" {
 		// Measure another --lock-concurrency than the manager's default.

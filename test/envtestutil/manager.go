@@ -43,6 +43,11 @@ type ManagerOptions struct {
 	// and per-lock bindings); with Webhook also set, the manager serves the
 	// scale webhook of that mode too.
 	CEL []webhook.GuardedResource
+	// SingleAuthority: this manager is the only lock authority running
+	// (the manager's --single-authority): its webhook may answer rule 4
+	// from its cache while its authority vouches. Leave it off wherever a
+	// test runs several managers.
+	SingleAuthority bool
 }
 
 // Manager is one fencekeeper manager running in the test process, the way a
@@ -94,6 +99,7 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 		Concurrency: 4, ForeignLeaseRecheck: o.ForeignLeaseRecheck, Webhook: o.Webhook != nil, ForTests: true,
 		ExpiredClaimRetention: o.ExpiredClaimRetention, MaxWaitersPerLock: o.MaxWaitersPerLock,
 		FencingMode: fencingMode(o.CEL), Guarded: o.CEL, ExcludedNamespaces: []string{"kube-system", ManagerNamespace},
+		SingleAuthority: o.SingleAuthority,
 	}); err != nil {
 		cancel()
 		return nil, err
