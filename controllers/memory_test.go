@@ -60,7 +60,7 @@ var _ = Describe("The authority's memory", func() {
 		DeferCleanup(m.Stop)
 		transient := func() float64 {
 			mem := m.Authority.Memory()
-			return float64(mem.Clock + mem.Views + mem.Expectations)
+			return float64(mem.Clock + mem.Views + mem.Expectations + mem.Uncertain)
 		}
 		baseline := transient()
 

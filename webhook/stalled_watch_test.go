@@ -1,10 +1,6 @@
 package webhook_test
 
 import (
-	"context"
-	"io"
-	"net/http"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -19,76 +15,6 @@ import (
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
 
-// watchFreezer stalls every watch stream of the client it wraps while
-// frozen (its informers see nothing new), while other requests, and calls
-// to its webhook, still work: a replica whose watches stalled or whose
-// route to the apiserver half failed.
-type watchFreezer struct {
-	mu   sync.Mutex
-	open chan struct{} // closed while not frozen
-}
-
-// wrap is a WrapTransport: every transport the manager makes is frozen
-// together.
-func (f *watchFreezer) wrap(rt http.RoundTripper) http.RoundTripper { return freezing{next: rt, f: f} }
-
-type freezing struct {
-	next http.RoundTripper
-	f    *watchFreezer
-}
-
-func newWatchFreezer() *watchFreezer {
-	f := &watchFreezer{open: make(chan struct{})}
-	close(f.open)
-	return f
-}
-
-func (f *watchFreezer) freeze() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.open = make(chan struct{})
-}
-
-func (f *watchFreezer) thaw() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	select {
-	case <-f.open:
-	default:
-		close(f.open)
-	}
-}
-
-func (f *watchFreezer) gate() chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.open
-}
-
-func (t freezing) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.next.RoundTrip(req)
-	if err != nil || req.URL.Query().Get("watch") != "true" {
-		return resp, err
-	}
-	resp.Body = &frozenBody{ReadCloser: resp.Body, f: t.f, ctx: req.Context()}
-	return resp, nil
-}
-
-type frozenBody struct {
-	io.ReadCloser
-	f   *watchFreezer
-	ctx context.Context
-}
-
-func (b *frozenBody) Read(p []byte) (int, error) {
-	select {
-	case <-b.f.gate():
-	case <-b.ctx.Done():
-		return 0, b.ctx.Err()
-	}
-	return b.ReadCloser.Read(p)
-}
-
 // Several authorities without leader election: the replica serving the
 // webhook stops seeing the apiserver's watch events, another replica breaks
 // the lock (kubectl fence break) and grants the next holder. The broken
@@ -101,11 +27,11 @@ var _ = Describe("A webhook-serving replica whose watches stalled", func() {
 		lock := "report-2026-07"
 
 		By("manager A serves the webhook and is an authority; manager B is another authority; no leader election")
-		freezer := newWatchFreezer()
+		freezer := envtestutil.NewWatchFreezer(nil)
 		a, err := envtestutil.StartManager(managerCfg, envtestutil.ManagerOptions{Webhook: &testEnv.WebhookInstallOptions,
-			WrapTransport: freezer.wrap})
+			WrapTransport: freezer.Wrap})
 		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { freezer.thaw(); Expect(a.Stop()).To(Succeed()) })
+		DeferCleanup(func() { freezer.Thaw(); Expect(a.Stop()).To(Succeed()) })
 		b, err := envtestutil.StartManager(managerCfg, envtestutil.ManagerOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { Expect(b.Stop()).To(Succeed()) })
@@ -125,7 +51,7 @@ var _ = Describe("A webhook-serving replica whose watches stalled", func() {
 		time.Sleep(300 * time.Millisecond) // A's reconcile of that renewal
 
 		By("A's watches stall; W2 queues; an operator breaks W1's hold; B grants W2")
-		freezer.freeze()
+		freezer.Freeze()
 		time.Sleep(300 * time.Millisecond) // an event already being read gets through
 		w2 := newClaimObj(ns, "w2", lock, "W2", 300)
 		Expect(k8s.Create(ctx, w2)).To(Succeed())

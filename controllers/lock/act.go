@@ -69,6 +69,13 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 			log.FromContext(ctx).V(1).Info("lost a race for the Lease; deciding again", "reason", err.Error())
 			return ctrl.Result{RequeueAfter: raceRetry}, nil
 		case err != nil:
+			// Not a refusal: the write may have committed (a lost reply).
+			// The view stays withdrawn until a live read settles it.
+			replaced := ""
+			if g.lease != nil {
+				replaced = g.lease.ResourceVersion
+			}
+			r.uncertain.mark(lock, replaced)
 			return ctrl.Result{}, fmt.Errorf("writing Lease %s: %w", lock, err)
 		}
 		r.recordLeaseWrite(ctx, lock, g, a)
@@ -84,7 +91,7 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	if a.end == holderExpired {
 		in.expiredUID = string(a.endedUID)
 	}
-	if a.kind == actGrant || g.renewWatched {
+	if (a.kind == actGrant || g.renewWatched) && !r.doubtful(lock) {
 		r.views.set(lock, View{HeldEpoch: in.ledger.HeldEpoch(), Floor: r.floors.raise(lock),
 			deadline: g.now.Add(a.requeueAfter)})
 	} else {
@@ -135,6 +142,7 @@ func (r *Reconciler) writeLease(ctx context.Context, lock types.NamespacedName, 
 	}
 	r.floors.raise(lock, a.epoch)
 	r.expect.wrote(lock, desired.UID, desired.ResourceVersion)
+	r.uncertain.forget(lock) // whatever the earlier write did, this one is known
 	return desired, nil
 }
 
@@ -223,6 +231,7 @@ func (r *Reconciler) forget(lock types.NamespacedName, hasLease bool) {
 	r.expect.forget(lock)
 	r.queue.forget(lock)
 	r.revisions.forget(lock)
+	r.uncertain.forget(lock)
 	if !hasLease {
 		r.floors.forget(lock)
 	}

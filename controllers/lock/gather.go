@@ -49,6 +49,9 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 	if g.lease, g.foreign, err = r.leaseOf(ctx, lock); err != nil || g.foreign != "" {
 		return g, err
 	}
+	if err := r.settleUncertainWrite(ctx, lock); err != nil {
+		return g, err
+	}
 	g.ledger = fkv1.ReadLedger(g.lease, lock.Name)
 	g.hasLease = g.lease != nil
 	g.leaseDeleting = g.lease != nil && g.lease.DeletionTimestamp != nil

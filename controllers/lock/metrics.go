@@ -114,7 +114,7 @@ func observeHoldEnded(g gathered, a action, now time.Time) {
 }
 
 // Memory counts the locks each of the authority's in-memory maps holds.
-type Memory struct{ Clock, Floors, Views, Expectations int }
+type Memory struct{ Clock, Floors, Views, Expectations, Uncertain int }
 
 // Memory returns what r holds in memory now.
 func (r *Reconciler) Memory() Memory {
@@ -131,6 +131,9 @@ func (r *Reconciler) Memory() Memory {
 	r.expect.mu.Lock()
 	m.Expectations = len(r.expect.written)
 	r.expect.mu.Unlock()
+	r.uncertain.mu.Lock()
+	m.Uncertain = len(r.uncertain.m)
+	r.uncertain.mu.Unlock()
 	return m
 }
 
@@ -141,4 +144,5 @@ func (r *Reconciler) reportMemory() {
 	memoryLocks.WithLabelValues("floors").Set(float64(m.Floors))
 	memoryLocks.WithLabelValues("views").Set(float64(m.Views))
 	memoryLocks.WithLabelValues("expectations").Set(float64(m.Expectations))
+	memoryLocks.WithLabelValues("uncertain").Set(float64(m.Uncertain))
 }

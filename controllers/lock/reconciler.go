@@ -68,6 +68,9 @@ type Reconciler struct {
 	queue *queueSummary
 	// revisions reads the storage revisions new ledgers start at.
 	revisions *revisionReader
+	// uncertain marks locks whose last Lease write may or may not have
+	// committed.
+	uncertain *uncertainWrites
 	// foreign remembers locks blocked by a Lease fencekeeper does not manage
 	// (a set of types.NamespacedName), so their re-checks read live.
 	foreign sync.Map
@@ -90,7 +93,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, recorder events.Eve
 	r := &Reconciler{
 		client: c, apiReader: apiReader, recorder: recorder, foreignRecheck: o.ForeignLeaseRecheck, maxWaiters: o.MaxWaiters,
 		clock: newRenewClock(o.Clock), floors: newEpochFloors(), expect: newWriteExpectations(), views: newViews(),
-		queue: queues,
+		queue: queues, uncertain: newUncertainWrites(),
 	}
 	r.revisions = newRevisionReader(r.storageRevision)
 	return r

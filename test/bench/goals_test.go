@@ -99,9 +99,9 @@ func TestReportJSONKeys(t *testing.T) {
 		top = append(top, k)
 	}
 	sort.Strings(top)
-	wantTop := []string{"clientgo_graceful_handoff_ms", "clientgo_takeover_overshoot_ms", "current_staleness_window_ms", "election_takeover_overshoot_ms", "etcd_mutex_handoff_ms", "floor_ms", "floor_updates_per_s", "graceful_handoff_ms", "grant_ms", "grants_per_s",
+	wantTop := []string{"clientgo_graceful_handoff_ms", "clientgo_takeover_overshoot_ms", "current_staleness_window_ms", "election_takeover_overshoot_ms", "etcd_mutex_handoff_ms", "floor_ms", "floor_throughput_breakdown", "floor_updates_per_s", "graceful_handoff_ms", "grant_ms", "grants_per_s",
 		"guarded_update_cel_by_bindings_ms", "guarded_update_cel_ms", "guarded_update_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "rss_mib_10k", "rss_mib_50k", "scale_all_grants_correct",
-		"scale_claims", "scale_curve", "scale_locks", "stale_refused_after_release_ms", "takeover_overshoot_ms", "unguarded_update_cel_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
+		"scale_claims", "scale_curve", "scale_locks", "stale_refused_after_release_ms", "takeover_overshoot_ms", "throughput_breakdown", "unguarded_update_cel_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
 		"writes_per_grant", "writes_per_handoff"}
 	if !slices.Equal(top, wantTop) {
 		t.Errorf("top-level keys\n got %v\nwant %v", top, wantTop)

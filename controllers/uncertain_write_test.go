@@ -1,0 +1,94 @@
+package controllers_test
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+// loseLeaseReply sends the next update of one Lease and then loses its
+// reply: the write committed, the manager is told it failed.
+type loseLeaseReply struct {
+	next     http.RoundTripper
+	path     string
+	armed    *atomic.Bool
+	happened chan struct{}
+}
+
+func (t loseLeaseReply) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPut || !strings.HasSuffix(req.URL.Path, t.path) || !t.armed.Load() {
+		return t.next.RoundTrip(req)
+	}
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	_ = resp.Body.Close()
+	t.armed.Store(false)
+	select {
+	case t.happened <- struct{}{}:
+	default:
+	}
+	return nil, errors.New("injected: the reply of the Lease write was lost after it committed")
+}
+
+// Seed §22's lost reply, on the authority: the grant to the next holder
+// commits, its reply is lost, and the manager's Lease cache still shows the
+// old holder. If that holder's pod turns ready again meanwhile, a reconcile
+// deciding on the stale cache keeps the old holder, and must not vouch for
+// it to the webhook (which would then admit the old epoch on its cache
+// although the Lease already names the new holder).
+var _ = Describe("A Lease write whose reply was lost", func() {
+	It("is followed by no view of the old holder until the write's outcome is known", func() {
+		ns := newNamespace()
+		lock := "lost-reply"
+		armed := &atomic.Bool{}
+		happened := make(chan struct{}, 1)
+		freezer := envtestutil.NewWatchFreezer(func(r *http.Request) bool { return strings.Contains(r.URL.Path, "/leases") })
+		m, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{SingleAuthority: true,
+			WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+				return freezer.Wrap(loseLeaseReply{next: rt, path: "/namespaces/" + ns + "/leases/" + lock, armed: armed, happened: happened})
+			}})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { freezer.Thaw(); Expect(m.Stop()).To(Succeed()) })
+
+		holder := leasePod(ns, "holder", lock, "2", true)
+		Eventually(stateOf(ns, holder.Name), 10*time.Second).Should(Equal("Held/1"))
+		_, held, _ := podLease(ns, holder.Name)
+		waiter := leasePod(ns, "waiter", lock, "300", true)
+		Eventually(stateOf(ns, waiter.Name), 10*time.Second).Should(Equal("Pending/"))
+		key := types.NamespacedName{Namespace: ns, Name: lock}
+
+		By("the holder's pod is not ready for its TTL: the grant to the waiter commits, its reply is lost, the manager's Lease watch stalls")
+		freezer.Freeze()
+		armed.Store(true)
+		setReady(holder, false)
+		Eventually(happened, 15*time.Second).Should(Receive())
+		var live coordinationv1.Lease
+		Expect(k8s.Get(ctx, key, &live)).To(Succeed())
+		Expect(fkv1.FormatEpoch(fkv1.ReadLedger(&live, lock).HeldEpoch())).NotTo(Equal(held), "the grant committed")
+
+		By("the old holder's pod is ready again before the manager sees the grant: no view vouches for its epoch")
+		setReady(holder, true)
+		Consistently(func() string {
+			if v, ok := m.Authority.FreshView(key); ok {
+				return fkv1.FormatEpoch(v.HeldEpoch)
+			}
+			return ""
+		}, 3*time.Second, 20*time.Millisecond).ShouldNot(Equal(held), "vouched for the old holder on a cache behind a committed grant")
+
+		By("once the watch goes on, the waiter holds")
+		freezer.Thaw()
+		Eventually(stateOf(ns, waiter.Name), 15*time.Second).Should(Equal("Held/2"))
+	})
+})
