@@ -166,24 +166,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	default:
 		return fmt.Errorf("unknown fencing mode %q: use %q or %q", o.FencingMode, FencingModeWebhook, FencingModeCEL)
 	}
-	if !o.Webhook {
-		return nil
-	}
 	var vouch webhook.Authority
 	if o.SingleAuthority {
-		// Vouch only while this process reconciles locks: with leader
-		// election, a replica that stopped leading keeps its views and
-		// its webhook a moment longer, while the next leader grants.
-		active := &atomic.Bool{}
-		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			active.Store(true)
-			<-ctx.Done()
-			active.Store(false)
-			return nil
-		})); err != nil {
+		active, err := vouchWhileActing(mgr, authority)
+		if err != nil {
 			return err
 		}
 		vouch = authorityViews{r: authority, active: active}
+	}
+	if !o.Webhook {
+		return nil
 	}
 	if o.WebhookReady == nil {
 		webhook.SetupWithManager(mgr, vouch)
@@ -197,6 +189,32 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		}
 	}()
 	return nil
+}
+
+// vouchWhileActing adds the runnable that marks this process's term as the
+// only authority: with leader election it runs only while this replica
+// leads (a replica that stopped leading keeps its views, and its webhook, a
+// moment longer while the next leader grants). A new term's cache may trail
+// the previous leader's writes, so nothing is decided on it, or vouched
+// for, until it has caught up with the Leases as they are now (CatchUp).
+func vouchWhileActing(mgr ctrl.Manager, authority *lock.Reconciler) (*atomic.Bool, error) {
+	active := &atomic.Bool{}
+	return active, mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: math.MaxInt32},
+			func(ctx context.Context) (bool, error) {
+				if err := authority.CatchUp(ctx); err != nil {
+					ctrl.LoggerFrom(ctx).Error(err, "catching up with the managed Leases; retrying")
+					return false, nil
+				}
+				return true, nil
+			}); err != nil {
+			return nil // stopped before it caught up: it never vouched
+		}
+		active.Store(true)
+		<-ctx.Done()
+		active.Store(false)
+		return nil
+	}))
 }
 
 // authorityViews lets the webhook ask the lock authority in this process

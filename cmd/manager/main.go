@@ -51,7 +51,7 @@ func main() {
 	flag.BoolVar(&singleAuthority, "single-authority", false,
 		"This manager runs alone (one replica, no --leader-elect): its webhook may answer the current-holder rule from its cache while its lock authority vouches for it. "+
 			"Implied by --leader-elect. Without either, the webhook reads the lock's Lease live on every fenced write, since another replica may have granted an epoch its cache has not seen. "+
-			"Never set it with several replicas running without leader election.")
+			"Never set it where two managers can run at once (several replicas, or a rolling update of one: use the Recreate strategy).")
 	flag.StringVar(&leaderElectNamespace, "leader-election-namespace", "",
 		"Namespace of the leader-election Lease (default: the pod's namespace, required out of cluster).")
 	flag.IntVar(&concurrency, "lock-concurrency", controllers.DefaultConcurrency, "Locks reconciled in parallel.")

@@ -76,6 +76,7 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 				replaced = g.lease.ResourceVersion
 			}
 			r.uncertain.mark(lock, replaced)
+			r.views.set(lock, View{}) // a repair keeps its view up to the write
 			return ctrl.Result{}, fmt.Errorf("writing Lease %s: %w", lock, err)
 		}
 		r.recordLeaseWrite(ctx, lock, g, a)
@@ -91,7 +92,7 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	if a.end == holderExpired {
 		in.expiredUID = string(a.endedUID)
 	}
-	if (a.kind == actGrant || g.renewWatched) && !r.doubtful(lock) {
+	if (a.kind == actGrant || g.renewWatched) && g.caughtUp && !r.doubtful(lock) {
 		r.views.set(lock, View{HeldEpoch: in.ledger.HeldEpoch(), Floor: r.floors.raise(lock),
 			deadline: g.now.Add(a.requeueAfter)})
 	} else {

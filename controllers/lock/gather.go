@@ -30,6 +30,9 @@ type gathered struct {
 	// renewal signal appear (not merely found it on its first look): only
 	// then can it vouch to the webhook that the holder is alive.
 	renewWatched bool
+	// caughtUp: this authority's term had read the Leases live when the
+	// reconcile started (CatchUp); only then may it vouch for a holder.
+	caughtUp bool
 	// revisionPending is true when a new ledger needs the storage revision
 	// and the read that answers it has not finished: the reconcile waits
 	// (the lock is queued again when it has).

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -71,6 +72,10 @@ type Reconciler struct {
 	// uncertain marks locks whose last Lease write may or may not have
 	// committed.
 	uncertain *uncertainWrites
+	// caughtUp is set once this term's CatchUp has read the Leases live:
+	// before that, no reconcile vouches for a holder (a new leader's cache
+	// may trail the previous leader's writes).
+	caughtUp atomic.Bool
 	// foreign remembers locks blocked by a Lease fencekeeper does not manage
 	// (a set of types.NamespacedName), so their re-checks read live.
 	foreign sync.Map
@@ -115,7 +120,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("lock", lock.String()))
 	defer r.reportMemory()
 
+	caughtUp := r.caughtUp.Load()
 	g, err := r.gather(ctx, lock)
+	g.caughtUp = caughtUp
 	if err != nil {
 		return ctrl.Result{}, err
 	}

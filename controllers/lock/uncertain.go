@@ -8,6 +8,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
 // uncertainWrites remembers the locks whose last Lease write failed without
@@ -80,3 +83,27 @@ func (r *Reconciler) doubtful(lock types.NamespacedName) bool {
 	_, ok := r.uncertain.get(lock)
 	return ok
 }
+
+// CatchUp is called when this process starts acting as the authority (a
+// new leader's term): its cache has been running, but may trail the
+// writes of the leader before it. It reads the managed Leases live and
+// expects the cache to show at least those versions before any lock is
+// decided on, or vouched for, again.
+func (r *Reconciler) CatchUp(ctx context.Context) error {
+	var live coordinationv1.LeaseList
+	if err := r.apiReader.List(ctx, &live, client.MatchingLabels{fkv1.LabelManagedBy: fkv1.ManagedByValue}); err != nil {
+		return fmt.Errorf("reading the managed Leases at the start of this authority's term: %w", err)
+	}
+	for i := range live.Items {
+		l := &live.Items[i]
+		r.expect.wrote(types.NamespacedName{Namespace: l.Namespace, Name: l.Name}, l.UID, l.ResourceVersion)
+	}
+	// Only reconciles that start from here on, and so see these
+	// expectations, may vouch.
+	r.caughtUp.Store(true)
+	return nil
+}
+
+// CaughtUp reports whether this term's CatchUp has run: from then on the
+// authority may vouch for holders it decides on.
+func (r *Reconciler) CaughtUp() bool { return r.caughtUp.Load() }
