@@ -86,24 +86,13 @@ func (c *cluster) snapshot() snapshot {
 // apiserverRequests sums apiserver_request_total: every request, and the
 // mutating ones.
 func (c *cluster) apiserverRequests() (all, mutating float64) {
-	resp, err := c.metricsC.Get(strings.TrimSuffix(c.admin.Host, "/") + "/metrics")
-	if err != nil {
-		return 0, 0
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
-		}
-		labels, val, _ := strings.Cut(line[len("apiserver_request_total{"):], "} ")
-		v, _ := strconv.ParseFloat(val, 64)
+	c.eachRequestTotal(func(l map[string]string, v float64) {
 		all += v
-		switch parseLabels(labels)["verb"] {
+		switch l["verb"] {
 		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
 			mutating += v
 		}
-	}
+	})
 	return all, mutating
 }
 

@@ -168,30 +168,14 @@ func (c *cluster) rssMiB() float64 {
 // writes counts the apiserver's own record of mutating requests to Leases
 // and FencedLease status (what the manager writes), from apiserver_request_total.
 func (c *cluster) writes() (leases, claimStatus float64) {
-	resp, err := c.metricsC.Get(strings.TrimSuffix(c.admin.Host, "/") + "/metrics")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench: reading apiserver metrics:", err)
-		return -1, -1
-	}
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintln(os.Stderr, "bench: reading apiserver metrics:", resp.Status, c.admin.Host)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
-		}
-		labels, val, _ := strings.Cut(line[len("apiserver_request_total{"):], "} ")
-		v, _ := strconv.ParseFloat(val, 64)
-		l := parseLabels(labels)
+	if !c.eachRequestTotal(func(l map[string]string, v float64) {
 		switch l["verb"] {
 		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
 		default:
-			continue
+			return
 		}
 		if l["dry_run"] != "" {
-			continue
+			return
 		}
 		switch {
 		case l["resource"] == "leases":
@@ -199,9 +183,35 @@ func (c *cluster) writes() (leases, claimStatus float64) {
 		case l["resource"] == "fencedleases" && l["subresource"] == "status":
 			claimStatus += v
 		}
+	}) {
+		return -1, -1
 	}
 	leases -= float64(c.systemLeaseWrites.Load())
 	return
+}
+
+// eachRequestTotal calls f with the labels and value of every
+// apiserver_request_total sample; false when the metrics cannot be read.
+func (c *cluster) eachRequestTotal(f func(labels map[string]string, v float64)) bool {
+	resp, err := c.metricsC.Get(strings.TrimSuffix(c.admin.Host, "/") + "/metrics")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: reading apiserver metrics:", err)
+		return false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintln(os.Stderr, "bench: reading apiserver metrics:", resp.Status, c.admin.Host)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		labels, val, _ := strings.Cut(line[len("apiserver_request_total{"):], "} ")
+		v, _ := strconv.ParseFloat(val, 64)
+		f(parseLabels(labels), v)
+	}
+	return true
 }
 
 func (c *cluster) watchSystemLeases(ctx context.Context) error {
