@@ -131,6 +131,11 @@ func (c *Client) Acquire(ctx context.Context, lock, holder string, opts Options)
 
 	claim, err := c.createClaim(ctx, l)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Gave up while a create was in flight: it may have committed,
+			// and the claim would wait in the queue with nobody behind it.
+			c.leaveQueueByName(l, opts.RequestTimeout)
+		}
 		l.transition(Idle, err.Error())
 		return nil, err
 	}
@@ -282,6 +287,25 @@ func (c *Client) leaveQueue(claim *fkv1.FencedLease, timeout time.Duration) {
 	err := c.c.Delete(ctx, claim, client.Preconditions{UID: &claim.UID})
 	if err != nil && !apierrors.IsNotFound(err) {
 		c.log.Info("could not leave the queue; the claim stays until deleted", "claim", claim.Name, "error", err.Error())
+	}
+}
+
+// leaveQueueByName deletes the claim an abandoned create of l may have
+// made: found by its deterministic name, and only if it is l's (same lock
+// and holder), with its UID as the precondition.
+func (c *Client) leaveQueueByName(l *Lease, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var claim fkv1.FencedLease
+	key := client.ObjectKey{Namespace: c.namespace, Name: ClaimName(l.Lock, l.Holder, l.opts.RequestID)}
+	if err := c.c.Get(ctx, key, &claim); err != nil {
+		if !apierrors.IsNotFound(err) {
+			c.log.Info("could not check for a claim left by an abandoned create; it stays until deleted", "claim", key.Name, "error", err.Error())
+		}
+		return
+	}
+	if claim.Spec.LockName == l.Lock && claim.Spec.HolderIdentity == l.Holder {
+		c.leaveQueue(&claim, timeout)
 	}
 }
 

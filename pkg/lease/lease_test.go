@@ -223,6 +223,16 @@ var _ = Describe("Holder library", func() {
 		Expect(claims(ns)[0].UID).To(Equal(w1.UID))
 	})
 
+	It("leaves no claim behind when the caller gives up while its create is in flight but committed", func() {
+		holder, f, _ := holderClient(ns)
+		f.set(func(f *faults) { f.lateReply = []rule{{method: http.MethodPost, path: "/fencedleases", times: 1}} })
+		short, cancel := contextWithTimeout(time.Second)
+		defer cancel()
+		_, err := holder.Acquire(short, "in-flight", "W1", lease.Options{TTL: 30 * time.Second})
+		Expect(err).To(MatchError(ContainSubstring("context deadline exceeded")))
+		Eventually(func() int { return len(claims(ns)) }, 5*time.Second).Should(Equal(0), "the committed claim stayed in the queue")
+	})
+
 	It("is released by deleting the exact claim, and reports LOST when someone else deletes it", func() {
 		holder, _, _ := holderClient(ns)
 		rec := &recorder{}

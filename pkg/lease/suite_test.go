@@ -72,6 +72,10 @@ type faults struct {
 	// hang: never forward, and never answer until the request's context
 	// ends (an apiserver that stops responding).
 	hang []rule
+	// lateReply: forward the request, then hold the reply until the
+	// request's context ends (the server committed; the caller gave up
+	// before it heard).
+	lateReply []rule
 	// capture: forward, and keep a copy to replay later.
 	capture  []rule
 	captured []captured
@@ -146,6 +150,7 @@ var errInjected = errors.New("injected fault: connection reset")
 func (f *faults) RoundTrip(req *http.Request) (*http.Response, error) {
 	f.mu.Lock()
 	block, drop, capt, hang := take(f.block, req), take(f.dropReply, req), take(f.capture, req), take(f.hang, req)
+	late := take(f.lateReply, req)
 	f.mu.Unlock()
 	if block {
 		return nil, errInjected
@@ -175,6 +180,11 @@ func (f *faults) RoundTrip(req *http.Request) (*http.Response, error) {
 	if drop && err == nil {
 		_ = resp.Body.Close()
 		return nil, errInjected
+	}
+	if late && err == nil {
+		_ = resp.Body.Close()
+		<-req.Context().Done()
+		return nil, req.Context().Err()
 	}
 	return resp, err
 }
