@@ -57,12 +57,14 @@ func worker(kubeconfig, ns, name, lock string, ttl, compute time.Duration, holdU
 		demokit.Emit(name, "read", l.Epoch, "report says "+cm.Data["report.csv"])
 	}
 	result := fmt.Sprintf("report %s computed by %s", lock, name)
-	demokit.Emit(name, "computing", l.Epoch, compute.String())
 	// The lease is checked here, before the long computation: the design's
-	// point is that this check cannot protect the write that follows.
+	// point is that this check cannot protect the write that follows. It
+	// comes before "computing" is announced, since the demo pauses W1 on
+	// that line (a pause before the check would fail it, not the write).
 	if l.State() != lease.Held {
 		return fmt.Errorf("lost the lease before computing")
 	}
+	demokit.Emit(name, "computing", l.Epoch, compute.String())
 	time.Sleep(compute)
 
 	err = publish(ctx, c, l, &cm, result)
