@@ -2,8 +2,12 @@ package envtestutil
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -11,16 +15,21 @@ import (
 // frozen (its informers see nothing new), while every other request, and
 // calls to its webhook, still work: a replica whose watches stalled, or
 // whose route to the apiserver half failed. Match picks the watches it
-// stalls (nil: all).
+// stalls (nil: all). Step lets a frozen stream deliver a given number of
+// events, in order: a cache that trails by some events, not all.
 type WatchFreezer struct {
 	Match func(*http.Request) bool
 	mu    sync.Mutex
 	open  chan struct{} // closed while not frozen
+	// steps is how many more events may pass while frozen; stepped is
+	// closed (and replaced) whenever Step adds some.
+	steps   int
+	stepped chan struct{}
 }
 
 // NewWatchFreezer returns a freezer that is not frozen.
 func NewWatchFreezer(match func(*http.Request) bool) *WatchFreezer {
-	f := &WatchFreezer{Match: match, open: make(chan struct{})}
+	f := &WatchFreezer{Match: match, open: make(chan struct{}), stepped: make(chan struct{})}
 	close(f.open)
 	return f
 }
@@ -36,6 +45,7 @@ func (f *WatchFreezer) Wrap(rt http.RoundTripper) http.RoundTripper {
 func (f *WatchFreezer) Freeze() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.steps = 0
 	select {
 	case <-f.open:
 		f.open = make(chan struct{})
@@ -54,10 +64,42 @@ func (f *WatchFreezer) Thaw() {
 	}
 }
 
-func (f *WatchFreezer) gate() chan struct{} {
+// Step lets n more events through the frozen watches (bookmarks pass
+// without counting): with one matching watch, exactly its next n events.
+func (f *WatchFreezer) Step(n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.open
+	f.steps += n
+	close(f.stepped)
+	f.stepped = make(chan struct{})
+}
+
+// admit waits until one event may pass.
+func (f *WatchFreezer) admit(ctx context.Context, bookmark bool) error {
+	for {
+		f.mu.Lock()
+		open, stepped := f.open, f.stepped
+		select {
+		case <-open:
+			f.mu.Unlock()
+			return nil
+		default:
+		}
+		if bookmark || f.steps > 0 {
+			if !bookmark {
+				f.steps--
+			}
+			f.mu.Unlock()
+			return nil
+		}
+		f.mu.Unlock()
+		select {
+		case <-open:
+		case <-stepped:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 type freezing struct {
@@ -67,24 +109,78 @@ type freezing struct {
 
 func (t freezing) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
-	if err != nil || req.URL.Query().Get("watch") != "true" || (t.f.Match != nil && !t.f.Match(req)) {
+	if err != nil || resp.StatusCode != http.StatusOK || req.URL.Query().Get("watch") != "true" || (t.f.Match != nil && !t.f.Match(req)) {
 		return resp, err
 	}
-	resp.Body = &frozenBody{ReadCloser: resp.Body, f: t.f, ctx: req.Context()}
+	body := resp.Body
+	events := &frozenEvents{ReadCloser: body, f: t.f, ctx: req.Context()}
+	switch ct := resp.Header.Get("Content-Type"); {
+	case strings.HasPrefix(ct, "application/json"):
+		dec := json.NewDecoder(body)
+		events.next = func() ([]byte, string, error) { return nextJSONEvent(dec) }
+	case strings.HasPrefix(ct, "application/vnd.kubernetes.protobuf"):
+		events.next = func() ([]byte, string, error) { return nextProtobufEvent(body) }
+	default:
+		_ = body.Close()
+		return nil, fmt.Errorf("watch freezer: cannot split a %q watch stream into events", ct)
+	}
+	resp.Body = events
 	return resp, nil
 }
 
-type frozenBody struct {
+// frozenEvents gates a watch stream an event at a time: each event is read
+// whole, then held until the freezer lets it pass.
+type frozenEvents struct {
 	io.ReadCloser
-	f   *WatchFreezer
-	ctx context.Context
+	next    func() (frame []byte, eventType string, err error)
+	f       *WatchFreezer
+	ctx     context.Context
+	pending []byte
 }
 
-func (b *frozenBody) Read(p []byte) (int, error) {
-	select {
-	case <-b.f.gate():
-	case <-b.ctx.Done():
-		return 0, b.ctx.Err()
+func (b *frozenEvents) Read(p []byte) (int, error) {
+	if len(b.pending) == 0 {
+		frame, eventType, err := b.next()
+		if err != nil {
+			return 0, err
+		}
+		if err := b.f.admit(b.ctx, eventType == "BOOKMARK"); err != nil {
+			return 0, err
+		}
+		b.pending = frame
 	}
-	return b.ReadCloser.Read(p)
+	n := copy(p, b.pending)
+	b.pending = b.pending[n:]
+	return n, nil
+}
+
+// nextJSONEvent reads one event of a JSON watch stream.
+func nextJSONEvent(dec *json.Decoder) ([]byte, string, error) {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return nil, "", err
+	}
+	var event struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(raw, &event)
+	return append(raw, '\n'), event.Type, nil
+}
+
+// nextProtobufEvent reads one frame of a protobuf watch stream: a 4-byte
+// big-endian length, then a metav1.WatchEvent whose field 1 is its type.
+func nextProtobufEvent(r io.Reader) ([]byte, string, error) {
+	frame := make([]byte, 4)
+	if _, err := io.ReadFull(r, frame); err != nil {
+		return nil, "", err
+	}
+	frame = append(frame, make([]byte, binary.BigEndian.Uint32(frame))...)
+	if _, err := io.ReadFull(r, frame[4:]); err != nil {
+		return nil, "", err
+	}
+	eventType := ""
+	if body := frame[4:]; len(body) > 2 && body[0] == 0x0a && int(body[1]) < 0x80 && 2+int(body[1]) <= len(body) {
+		eventType = string(body[2 : 2+int(body[1])])
+	}
+	return frame, eventType, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -48,11 +49,15 @@ type ManagerOptions struct {
 	// from its cache while its authority vouches. Leave it off wherever a
 	// test runs several managers.
 	SingleAuthority bool
+	// LeaderElection, when set, runs the manager under leader election on
+	// this Lease (short timings, released on Stop), as the chart runs its
+	// replicas: only the leader reconciles locks.
+	LeaderElection *types.NamespacedName
 }
 
 // Manager is one fencekeeper manager running in the test process, the way a
-// separate replica would run: its own cache, clock and memory, no leader
-// election.
+// separate replica would run: its own cache, clock and memory (and leader
+// election only when asked).
 type Manager struct {
 	Mgr ctrl.Manager
 	// Authority is this manager's lock authority.
@@ -73,6 +78,12 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 		Cache:                  controllers.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+	}
+	if le := o.LeaderElection; le != nil {
+		leaseDuration, renewDeadline, retryPeriod := 4*time.Second, 3*time.Second, 200*time.Millisecond
+		opts.LeaderElection, opts.LeaderElectionReleaseOnCancel = true, true
+		opts.LeaderElectionNamespace, opts.LeaderElectionID = le.Namespace, le.Name
+		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &leaseDuration, &renewDeadline, &retryPeriod
 	}
 	if o.SyncPeriod > 0 {
 		opts.Cache.SyncPeriod = &o.SyncPeriod
