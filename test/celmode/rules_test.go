@@ -288,6 +288,52 @@ func cases() []ruleCase {
 					delete(cm.Annotations, fkv1.AnnotationFenceIdentity)
 				})
 			}},
+		{name: "labelling an object that carried fence-identity any while unfenced, by merge patch", noObject: true,
+			want: fkv1.AdmissionInheritedFromUnfenced, setup: plantUnfenced(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny),
+			write: func(s *scen) error {
+				return s.patch(s.b.admin, types.MergePatchType, fmt.Sprintf(`{"metadata":{"labels":{%q:%q},"annotations":{%q:%q}},"data":{"report":"v2"}}`,
+					fkv1.LabelLock, lockName, fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e1)))
+			}},
+		{name: "labelling an object that carried fence-policy monotonic while unfenced, by strategic merge patch", noObject: true,
+			want: fkv1.AdmissionInheritedFromUnfenced, setup: plantUnfenced(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic),
+			write: func(s *scen) error {
+				return s.patch(s.b.admin, types.StrategicMergePatchType, fmt.Sprintf(`{"metadata":{"labels":{%q:%q},"annotations":{%q:%q}},"data":{"report":"v2"}}`,
+					fkv1.LabelLock, lockName, fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e1)))
+			}},
+		{name: "labelling an object that carried fence-identity any while unfenced, by JSON patch", noObject: true,
+			want: fkv1.AdmissionInheritedFromUnfenced, setup: plantUnfenced(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny),
+			write: func(s *scen) error {
+				return s.patch(s.b.admin, types.JSONPatchType, fmt.Sprintf(`[{"op":"add","path":"/metadata/labels","value":{%q:%q}},`+
+					`{"op":"add","path":"/metadata/annotations/%s","value":%q}]`,
+					fkv1.LabelLock, lockName, strings.ReplaceAll(fkv1.AnnotationEpoch, "/", "~1"), fkv1.FormatEpoch(s.e1)))
+			}},
+		{name: "labelling an object that carried fence-identity any while unfenced, by server-side apply", noObject: true,
+			want: fkv1.AdmissionInheritedFromUnfenced, setup: plantUnfenced(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny),
+			write: func(s *scen) error {
+				return s.apply("w1", fmt.Sprintf(`,"annotations":{%q:%q}`, fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e1)), "v2")
+			}},
+		{name: "labelling an object that was given an owner while unfenced, by client.MergeFrom", noObject: true,
+			want: fkv1.AdmissionInheritedFromUnfenced,
+			setup: func(s *scen) {
+				ctx := context.Background()
+				bait := configMap(s.ns, "bait", "-", nil, "")
+				s.must(s.b.mallory.Create(ctx, bait))
+				cm := configMap(s.ns, "report", "-", nil, "v1")
+				cm.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "bait", UID: bait.UID}}
+				s.must(s.b.mallory.Create(ctx, cm))
+			},
+			write: func(s *scen) error {
+				cm := s.get()
+				base := cm.DeepCopy()
+				fence(cm)
+				annotate(fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e1))(cm)
+				return s.b.admin.Patch(context.Background(), cm, client.MergeFrom(base))
+			}},
+		{name: "labelling a clean unfenced object by server-side apply (the refusals above are for what it inherited)", noObject: true, watermark: e1,
+			setup: func(s *scen) { s.must(s.b.mallory.Create(context.Background(), configMap(s.ns, "report", "-", nil, "v1"))) },
+			write: func(s *scen) error {
+				return s.apply("w1", fmt.Sprintf(`,"annotations":{%q:%q}`, fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e1)), "v2")
+			}},
 		{name: "update presenting the current epoch", watermark: e1,
 			write: func(s *scen) error { return s.update(s.b.admin, s.e1, data("v2")) }},
 		{name: "a second update presenting the same epoch", watermark: e1,
