@@ -330,7 +330,9 @@ func cases() []ruleCase {
 				return s.b.admin.Patch(context.Background(), cm, client.MergeFrom(base))
 			}},
 		{name: "labelling a clean unfenced object by server-side apply (the refusals above are for what it inherited)", noObject: true, watermark: e1,
-			setup: func(s *scen) { s.must(s.b.mallory.Create(context.Background(), configMap(s.ns, "report", "-", nil, "v1"))) },
+			setup: func(s *scen) {
+				s.must(s.b.mallory.Create(context.Background(), configMap(s.ns, "report", "-", nil, "v1")))
+			},
 			write: func(s *scen) error {
 				return s.apply("w1", fmt.Sprintf(`,"annotations":{%q:%q}`, fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e1)), "v2")
 			}},
