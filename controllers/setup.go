@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -168,11 +167,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	var vouch webhook.Authority
 	if o.SingleAuthority {
-		active, err := vouchWhileActing(mgr, authority)
-		if err != nil {
+		if err := vouchWhileActing(mgr, authority); err != nil {
 			return err
 		}
-		vouch = authorityViews{r: authority, active: active}
+		vouch = authorityViews{authority}
 	}
 	if !o.Webhook {
 		return nil
@@ -193,13 +191,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 
 // vouchWhileActing adds the runnable that marks this process's term as the
 // only authority: with leader election it runs only while this replica
-// leads (a replica that stopped leading keeps its views, and its webhook, a
-// moment longer while the next leader grants). A new term's cache may trail
-// the previous leader's writes, so nothing is decided on it, or vouched
-// for, until it has caught up with the Leases as they are now (CatchUp).
-func vouchWhileActing(mgr ctrl.Manager, authority *lock.Reconciler) (*atomic.Bool, error) {
-	active := &atomic.Bool{}
-	return active, mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+// leads (a replica that stops leading stops vouching at once, while the
+// next leader grants). A new term's cache may trail the previous leader's
+// writes, so nothing is decided on it, or vouched for, until it has caught
+// up with the Leases as they are now (CatchUp).
+func vouchWhileActing(mgr ctrl.Manager, authority *lock.Reconciler) error {
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		defer authority.EndTerm()
 		if err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: math.MaxInt32},
 			func(ctx context.Context) (bool, error) {
 				if err := authority.CatchUp(ctx); err != nil {
@@ -210,25 +208,16 @@ func vouchWhileActing(mgr ctrl.Manager, authority *lock.Reconciler) (*atomic.Boo
 			}); err != nil {
 			return nil // stopped before it caught up: it never vouched
 		}
-		active.Store(true)
 		<-ctx.Done()
-		active.Store(false)
 		return nil
 	}))
 }
 
 // authorityViews lets the webhook ask the lock authority in this process
-// whether its Lease cache is fresh for a lock.
-type authorityViews struct {
-	r *lock.Reconciler
-	// active is true while this process reconciles locks (it leads).
-	active *atomic.Bool
-}
+// whether its Lease cache is fresh for a lock (only during its term).
+type authorityViews struct{ r *lock.Reconciler }
 
 func (a authorityViews) FreshView(l types.NamespacedName) (int64, int64, bool) {
-	if !a.active.Load() {
-		return 0, 0, false
-	}
 	v, ok := a.r.FreshView(l)
 	return v.HeldEpoch, v.Floor, ok
 }

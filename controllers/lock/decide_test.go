@@ -279,11 +279,17 @@ func (f *fakeClock) Since(t time.Time) time.Duration { return f.now.Sub(t) }
 func TestFreshViewLapsesOnTheAuthoritysClock(t *testing.T) {
 	fc := &fakeClock{now: t0}
 	r := NewReconciler(nil, nil, nil, Options{Clock: fc})
+	r.caughtUp.Store(true) // its term has begun
 	lock := types.NamespacedName{Namespace: "reports", Name: "report-2026-07"}
 	if _, ok := r.FreshView(lock); ok {
 		t.Fatal("a lock never decided on is vouched for")
 	}
 	r.views.set(lock, View{HeldEpoch: 41, Floor: 41, deadline: t0.Add(30 * time.Second)})
+	r.EndTerm()
+	if _, ok := r.FreshView(lock); ok {
+		t.Fatal("vouched for a holder after this process's term ended")
+	}
+	r.caughtUp.Store(true)
 	fc.now = t0.Add(29 * time.Second)
 	if v, ok := r.FreshView(lock); !ok || v.HeldEpoch != 41 {
 		t.Fatalf("fresh view before the deadline: %+v %v", v, ok)

@@ -72,9 +72,10 @@ type Reconciler struct {
 	// uncertain marks locks whose last Lease write may or may not have
 	// committed.
 	uncertain *uncertainWrites
-	// caughtUp is set once this term's CatchUp has read the Leases live:
-	// before that, no reconcile vouches for a holder (a new leader's cache
-	// may trail the previous leader's writes).
+	// caughtUp is set once this term's CatchUp has read the Leases live,
+	// and cleared by EndTerm: outside that span no reconcile vouches for a
+	// holder and FreshView vouches for none (a new leader's cache may trail
+	// the previous leader's writes; a past leader's, the next one's).
 	caughtUp atomic.Bool
 	// foreign remembers locks blocked by a Lease fencekeeper does not manage
 	// (a set of types.NamespacedName), so their re-checks read live.

@@ -107,3 +107,8 @@ func (r *Reconciler) CatchUp(ctx context.Context) error {
 // CaughtUp reports whether this term's CatchUp has run: from then on the
 // authority may vouch for holders it decides on.
 func (r *Reconciler) CaughtUp() bool { return r.caughtUp.Load() }
+
+// EndTerm is called when this process stops acting as the authority (it
+// stopped leading, or is stopping): nothing it decided is vouched for from
+// then on, while the next leader grants.
+func (r *Reconciler) EndTerm() { r.caughtUp.Store(false) }

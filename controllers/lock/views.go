@@ -42,9 +42,13 @@ func (v *views) set(lock types.NamespacedName, view View) {
 }
 
 // FreshView returns the authority's view of lock when it can vouch for it
-// now: the lock is held, and its holder's lease has not lapsed on this
-// process's clock.
+// now: this process's term as the only authority has begun (CatchUp) and
+// not ended (EndTerm), the lock is held, and its holder's lease has not
+// lapsed on this process's clock.
 func (r *Reconciler) FreshView(lock types.NamespacedName) (View, bool) {
+	if !r.caughtUp.Load() {
+		return View{}, false
+	}
 	r.views.mu.Lock()
 	view, ok := r.views.m[lock]
 	r.views.mu.Unlock()

@@ -244,6 +244,31 @@ func parseLabels(s string) map[string]string {
 	return out
 }
 
+// apiserverProfile, when on, starts a 2 s CPU profile of kube-apiserver
+// (its /debug/pprof, as the admin) and returns the wait for it to be
+// written to path.
+func (c *cluster) apiserverProfile(ctx context.Context, on bool, path string) func() error {
+	if !on {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() {
+		cs, err := kubernetes.NewForConfig(c.admin)
+		if err != nil {
+			done <- err
+			return
+		}
+		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "2").DoRaw(ctx)
+		if err != nil {
+			done <- err
+			return
+		}
+		_ = os.MkdirAll(filepath.Dir(path), 0o755)
+		done <- os.WriteFile(path, raw, 0o644)
+	}()
+	return func() error { return <-done }
+}
+
 // profile fetches a pprof profile from the manager into path.
 func (c *cluster) profile(kind string, seconds int, path string) error {
 	url := "http://" + c.pprof + "/debug/pprof/" + kind

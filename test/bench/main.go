@@ -19,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 )
@@ -37,6 +38,7 @@ func main() {
 	// client-go's leader election logs every acquisition; the report is
 	// the output.
 	klog.SetLogger(logr.Discard())
+	logf.SetLogger(logr.Discard()) // the fenced election's clients
 	quick := os.Getenv("BENCH_QUICK") == "1"
 	p := fullParams
 	if quick {
@@ -150,8 +152,12 @@ func run(quick bool, p params) error {
 
 	done = step("throughput")
 	before := cl.snapshot()
+	apiserverProfile := cl.apiserverProfile(ctx, os.Getenv("BENCH_APISERVER_PROFILE") == "1", ".bench/apiserver-cpu.pprof")
 	if r.GrantsPerS, err = grantThroughput(ctx, c, p.throughputLocks, 16); err != nil {
 		return err
+	}
+	if err := apiserverProfile(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: kube-apiserver CPU profile:", err)
 	}
 	r.ThroughputBreakdown = since(before, cl.snapshot(), cl.lockWorkers)
 	before = cl.snapshot()
