@@ -81,6 +81,13 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 		}
 		r.recordLeaseWrite(ctx, lock, g, a)
 		lease = written
+		if a.kind == actGrant {
+			pod, err := r.holderPod(ctx, lock.Namespace, a.holder)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			r.clock.granted(lock, renewalOf(written, fkv1.ReadLedger(written, lock.Name).HolderUID, pod))
+		}
 	}
 
 	in := statusInputs{lease: lease, ledger: fkv1.ReadLedger(lease, lock.Name), exhausted: a.exhausted, maxWaiters: r.maxWaiters}

@@ -58,6 +58,18 @@ func (c *renewClock) observe(lock types.NamespacedName, signal renewal) (time.Ti
 	return o.at, !o.firstSight
 }
 
+// granted records the signal of a holder this process has just granted
+// (its Lease write succeeded) as a change it watched happen: the grant is
+// the holder's first renewal, on this process's clock. Without it, a lock
+// new to this process would count as a first look, and its holder be
+// vouched for only from its first renewal on (for a pod holder, its next
+// readiness change).
+func (c *renewClock) granted(lock types.NamespacedName, signal renewal) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen[lock] = observed{signal: signal, at: c.clock.Now()}
+}
+
 func (c *renewClock) now() time.Time { return c.clock.Now() }
 
 // forget drops what was observed of lock (it is idle).

@@ -67,11 +67,7 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 		return g, err
 	}
 	if g.lease != nil {
-		signal := renewal{holderUID: g.ledger.HolderUID, pod: g.holderPod}
-		if g.holderPod == pods.NotAPod && g.lease.Spec.RenewTime != nil {
-			signal.renewTime = g.lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
-		}
-		g.renewSeenAt, g.renewWatched = r.clock.observe(lock, signal)
+		g.renewSeenAt, g.renewWatched = r.clock.observe(lock, renewalOf(g.lease, g.ledger.HolderUID, g.holderPod))
 	}
 	epochs := []int64{g.ledger.Epoch}
 	for _, c := range g.claims {
@@ -105,6 +101,16 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 		r.revisions.forget(lock)
 	}
 	return g, nil
+}
+
+// renewalOf is the renewal signal of lease's holder: the holder, and its
+// pod's liveness for a pod holder, its Lease's renewTime otherwise.
+func renewalOf(lease *coordinationv1.Lease, holderUID types.UID, pod pods.Liveness) renewal {
+	signal := renewal{holderUID: holderUID, pod: pod}
+	if pod == pods.NotAPod && lease.Spec.RenewTime != nil {
+		signal.renewTime = lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+	}
+	return signal
 }
 
 // waiterPods reads, from the pod cache, the liveness of the pods waiting pod
