@@ -149,7 +149,7 @@ func (r *Reconciler) writeLease(ctx context.Context, lock types.NamespacedName, 
 		return nil, err
 	}
 	r.floors.raise(lock, a.epoch)
-	r.expect.wrote(lock, desired.UID, desired.ResourceVersion)
+	r.expect.wroteLease(lock, desired.UID, desired.ResourceVersion)
 	r.uncertain.forget(lock) // whatever the earlier write did, this one is known
 	return desired, nil
 }

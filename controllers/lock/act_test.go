@@ -116,6 +116,7 @@ func TestIdleLockIsForgotten(t *testing.T) {
 			r.clock.observe(l, renewal{holderUID: "holder"})
 			r.floors.raise(l, 41)
 			r.expect.wrote(l, types.UID("claim-of-"+l.Name), "10")
+			r.expect.wroteLease(l, types.UID("lease-of-"+l.Name), "10")
 			r.views.set(l, View{HeldEpoch: 41})
 		}
 	}
@@ -129,6 +130,7 @@ func TestIdleLockIsForgotten(t *testing.T) {
 		g.Expect(r.clock.seen).NotTo(HaveKey(x))
 		g.Expect(r.views.m).NotTo(HaveKey(x))
 		g.Expect(r.expect.written).NotTo(HaveKey(x))
+		g.Expect(r.expect.leases).NotTo(HaveKey(x))
 		if hasLease {
 			g.Expect(r.floors.floors).To(HaveKeyWithValue(x, int64(41)), "the floor must outlive idleness while the Lease exists")
 		} else {
@@ -138,6 +140,7 @@ func TestIdleLockIsForgotten(t *testing.T) {
 		g.Expect(r.clock.seen).To(HaveKey(y))
 		g.Expect(r.floors.floors).To(HaveKey(y))
 		g.Expect(r.expect.written).To(HaveKey(y))
+		g.Expect(r.expect.leases).To(HaveKey(y))
 		g.Expect(r.views.m).To(HaveKey(y))
 	}
 }
@@ -154,6 +157,38 @@ func TestExpectationsOfDeletedClaimsAreDropped(t *testing.T) {
 	kept := claim("kept", 1, fkv1.PhasePending, 0)
 	kept.ResourceVersion = "5"
 	r.expect.wrote(lock, kept.UID, "10")
-	g.Expect(r.cacheBehindOwnWrites(lock, nil, []*fkv1.FencedLease{kept})).To(BeTrue(), "the kept claim's cache copy is older than our write")
+	behind, err := r.cacheBehindOwnWrites(context.Background(), lock, nil, []*fkv1.FencedLease{kept})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(behind).To(BeTrue(), "the kept claim's cache copy is older than our write")
 	g.Expect(r.expect.size()).To(Equal(1))
+}
+
+// The Lease version a term read live (or this process wrote) must be shown
+// by the cache before the lock is decided on: a cache that shows no Lease,
+// or another one, is not taken for one that caught up, and of two
+// expectations the later version stands.
+func TestLeaseExpectation(t *testing.T) {
+	g := NewWithT(t)
+	e := newWriteExpectations()
+	lock := types.NamespacedName{Namespace: "ns", Name: "x"}
+	e.wroteLease(lock, "lease-1", "20")
+	e.wroteLease(lock, "lease-1", "15") // a live read older than a grant that committed after it
+	v, ok := e.expectedLease(lock)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(v.rv).To(Equal("20"), "an older version replaced a later expectation")
+
+	behind, missing := e.leaseBehind(lock, "", "")
+	g.Expect(behind && missing).To(BeTrue(), "a cache without the Lease passed for one that caught up")
+	behind, missing = e.leaseBehind(lock, "lease-0", "30")
+	g.Expect(behind && missing).To(BeTrue(), "another Lease (an older incarnation) passed for the expected one")
+	e.retain(lock, map[types.UID]bool{})
+	_, ok = e.expectedLease(lock)
+	g.Expect(ok).To(BeTrue(), "pruning the claims dropped the Lease's expectation")
+	behind, missing = e.leaseBehind(lock, "lease-1", "19")
+	g.Expect(behind).To(BeTrue())
+	g.Expect(missing).To(BeFalse())
+	behind, _ = e.leaseBehind(lock, "lease-1", "20")
+	g.Expect(behind).To(BeFalse())
+	_, ok = e.expectedLease(lock)
+	g.Expect(ok).To(BeFalse(), "the expectation outlived the cache reaching it")
 }

@@ -10,16 +10,85 @@ import (
 // writeExpectations remembers, per lock, the resourceVersion of each object
 // this process last wrote, so a reconcile that runs before the informer cache
 // has caught up with our own write waits for it instead of deciding on the
-// older copy. That decision would be refused anyway (every write is
-// resourceVersion-guarded); waiting just saves the rejected request. Safety
-// never depends on this.
+// older copy. For claims that only saves a request the apiserver would
+// refuse (every write is resourceVersion-guarded). For the Lease it is also
+// what a new term relies on before it vouches for anything (CatchUp): the
+// Lease version this process wrote or read live, which the cache must show
+// before the lock is decided on again. So a Lease expectation is kept while
+// the cache shows no Lease, or another one (a cache that has not seen the
+// Lease's creation yet), until the cache reaches it or a live read shows
+// that Lease gone.
 type writeExpectations struct {
 	mu      sync.Mutex
 	written map[types.NamespacedName]map[types.UID]string
+	leases  map[types.NamespacedName]leaseVersion
+}
+
+// leaseVersion is one version of a lock's Lease.
+type leaseVersion struct {
+	uid types.UID
+	rv  string
 }
 
 func newWriteExpectations() *writeExpectations {
-	return &writeExpectations{written: map[types.NamespacedName]map[types.UID]string{}}
+	return &writeExpectations{written: map[types.NamespacedName]map[types.UID]string{}, leases: map[types.NamespacedName]leaseVersion{}}
+}
+
+// wroteLease expects the cache to show lock's Lease at uid and rv, or
+// later: of two expectations the later version is kept (a term's CatchUp
+// must not replace the version of a grant that committed after its read).
+func (e *writeExpectations) wroteLease(lock types.NamespacedName, uid types.UID, rv string) {
+	if uid == "" || rv == "" {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if had, ok := e.leases[lock]; ok {
+		if cmp, err := resourceversion.CompareResourceVersion(had.rv, rv); err == nil && cmp > 0 {
+			return
+		}
+	}
+	e.leases[lock] = leaseVersion{uid: uid, rv: rv}
+}
+
+// leaseBehind reports whether the cached Lease (uid at rv; uid "" for
+// none) is older than the one expected, and whether the cache shows
+// another Lease or none at all (missing: only a live read can tell
+// whether the expected one still exists).
+func (e *writeExpectations) leaseBehind(lock types.NamespacedName, uid types.UID, rv string) (behind, missing bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	want, ok := e.leases[lock]
+	switch {
+	case !ok:
+		return false, false
+	case uid != want.uid:
+		return true, true
+	}
+	cmp, err := resourceversion.CompareResourceVersion(rv, want.rv)
+	if err != nil || cmp >= 0 {
+		delete(e.leases, lock)
+		return false, false
+	}
+	return true, false
+}
+
+// expectedLease returns the Lease version expected for lock.
+func (e *writeExpectations) expectedLease(lock types.NamespacedName) (leaseVersion, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	v, ok := e.leases[lock]
+	return v, ok
+}
+
+// dropLease forgets the Lease expected for lock if it is still want (a live
+// read showed that Lease gone).
+func (e *writeExpectations) dropLease(lock types.NamespacedName, want leaseVersion) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.leases[lock] == want {
+		delete(e.leases, lock)
+	}
 }
 
 func (e *writeExpectations) wrote(lock types.NamespacedName, uid types.UID, rv string) {
@@ -39,10 +108,12 @@ func (e *writeExpectations) forget(lock types.NamespacedName) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.written, lock)
+	delete(e.leases, lock)
 }
 
-// retain keeps only the entries of lock's objects that still exist: a claim
+// retain keeps only the entries of lock's claims that still exist: a claim
 // deleted right after our write is never seen again to clear its entry.
+// (The Lease's expectation is not touched: see leaseBehind.)
 func (e *writeExpectations) retain(lock types.NamespacedName, live map[types.UID]bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -77,7 +148,7 @@ func (e *writeExpectations) stale(lock types.NamespacedName, uid types.UID, cach
 func (e *writeExpectations) size() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := 0
+	n := len(e.leases)
 	for _, m := range e.written {
 		n += len(m)
 	}

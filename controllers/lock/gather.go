@@ -58,7 +58,9 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 	g.ledger = fkv1.ReadLedger(g.lease, lock.Name)
 	g.hasLease = g.lease != nil
 	g.leaseDeleting = g.lease != nil && g.lease.DeletionTimestamp != nil
-	g.cacheBehind = r.cacheBehindOwnWrites(lock, g.lease, g.claims)
+	if g.cacheBehind, err = r.cacheBehindOwnWrites(ctx, lock, g.lease, g.claims); err != nil {
+		return g, err
+	}
 	if g.claims, err = r.confirmHolder(ctx, lock, g.ledger, g.claims); err != nil {
 		return g, err
 	}
@@ -149,20 +151,56 @@ func (r *Reconciler) storageRevision(ctx context.Context) (int64, error) {
 }
 
 // cacheBehindOwnWrites reports whether the cache has not yet seen a write
-// this process made to the Lease or a claim.
-func (r *Reconciler) cacheBehindOwnWrites(lock types.NamespacedName, lease *coordinationv1.Lease, claims []*fkv1.FencedLease) bool {
-	live := make(map[types.UID]bool, len(claims)+1)
-	behind := false
+// this process made to the Lease or a claim, or the Lease version a new
+// term read live. When the cache shows no Lease, or another one, than the
+// one expected, a live read tells a cache that has not seen the Lease yet
+// (behind) from a Lease that is gone (the expectation is dropped).
+func (r *Reconciler) cacheBehindOwnWrites(ctx context.Context, lock types.NamespacedName, lease *coordinationv1.Lease, claims []*fkv1.FencedLease) (bool, error) {
+	live := make(map[types.UID]bool, len(claims))
+	var uid types.UID
+	var rv string
 	if lease != nil {
-		live[lease.UID] = true
-		behind = r.expect.stale(lock, lease.UID, lease.ResourceVersion)
+		uid, rv = lease.UID, lease.ResourceVersion
+	}
+	behind, missing := r.expect.leaseBehind(lock, uid, rv)
+	if missing {
+		var err error
+		if behind, err = r.expectedLeaseExists(ctx, lock); err != nil {
+			return false, err
+		}
 	}
 	for _, c := range claims {
 		live[c.UID] = true
 		behind = r.expect.stale(lock, c.UID, c.ResourceVersion) || behind
 	}
 	r.expect.retain(lock, live)
-	return behind
+	return behind, nil
+}
+
+// expectedLeaseExists reads the lock's Lease live (the rare path: the cache
+// does not show the Lease version expected): if that Lease, or a newer
+// managed one, exists, the cache is behind it; if it is gone, so is the
+// expectation.
+func (r *Reconciler) expectedLeaseExists(ctx context.Context, lock types.NamespacedName) (bool, error) {
+	want, ok := r.expect.expectedLease(lock)
+	if !ok {
+		return false, nil
+	}
+	var current coordinationv1.Lease
+	err := r.apiReader.Get(ctx, lock, &current)
+	switch {
+	case apierrors.IsNotFound(err):
+		r.expect.dropLease(lock, want)
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading Lease %s, which the cache has not shown yet: %w", lock, err)
+	case current.UID == want.uid || fkv1.IsManagedLease(&current):
+		r.expect.wroteLease(lock, current.UID, current.ResourceVersion)
+		return true, nil
+	default:
+		r.expect.dropLease(lock, want) // not ours: leaseOf's foreign path handles it
+		return false, nil
+	}
 }
 
 func (r *Reconciler) listClaims(ctx context.Context, lock types.NamespacedName) ([]*fkv1.FencedLease, error) {
@@ -215,6 +253,9 @@ func (r *Reconciler) readForeignLease(ctx context.Context, lock types.Namespaced
 	}
 	if fkv1.IsManagedLease(&lease) {
 		r.foreign.Delete(lock)
+		// Ours, and the cache has not shown it yet (a create refused as
+		// AlreadyExists): decide nothing until it does.
+		r.expect.wroteLease(lock, lease.UID, lease.ResourceVersion)
 		return "", nil
 	}
 	r.foreign.Store(lock, true)

@@ -71,7 +71,7 @@ func (r *Reconciler) settleUncertainWrite(ctx context.Context, lock types.Namesp
 	case err != nil:
 		return fmt.Errorf("reading Lease %s after a write whose outcome is unknown: %w", lock, err)
 	case live.ResourceVersion != replaced:
-		r.expect.wrote(lock, live.UID, live.ResourceVersion)
+		r.expect.wroteLease(lock, live.UID, live.ResourceVersion)
 		r.uncertain.forget(lock)
 	}
 	return nil
@@ -96,7 +96,7 @@ func (r *Reconciler) CatchUp(ctx context.Context) error {
 	}
 	for i := range live.Items {
 		l := &live.Items[i]
-		r.expect.wrote(types.NamespacedName{Namespace: l.Namespace, Name: l.Name}, l.UID, l.ResourceVersion)
+		r.expect.wroteLease(types.NamespacedName{Namespace: l.Namespace, Name: l.Name}, l.UID, l.ResourceVersion)
 	}
 	// Only reconciles that start from here on, and so see these
 	// expectations, may vouch.
