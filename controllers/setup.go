@@ -89,6 +89,10 @@ type Options struct {
 	// for as long as this replica's watch lags (a stalled watch or a
 	// partition: up to a TTL, or for pod holders as long as it lasts).
 	SingleAuthority bool
+	// Leadership, with leader election, tells whether this process's term
+	// is certainly still its own (LeadershipLock.Current): the authority
+	// vouches for nothing outside it (a leader paused past its lease).
+	Leadership interface{ Current() bool }
 	// OnAuthority, when set, is given the lock authority (tests read its
 	// state: several managers in one process share the metrics registry).
 	OnAuthority func(*lock.Reconciler)
@@ -170,7 +174,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		if err := vouchWhileActing(mgr, authority); err != nil {
 			return err
 		}
-		vouch = authorityViews{authority}
+		vouch = authorityViews{r: authority, leadership: o.Leadership}
 	}
 	if !o.Webhook {
 		return nil
@@ -214,10 +218,17 @@ func vouchWhileActing(mgr ctrl.Manager, authority *lock.Reconciler) error {
 }
 
 // authorityViews lets the webhook ask the lock authority in this process
-// whether its Lease cache is fresh for a lock (only during its term).
-type authorityViews struct{ r *lock.Reconciler }
+// whether its Lease cache is fresh for a lock (only during its term, and
+// with leader election only while its leadership is certain).
+type authorityViews struct {
+	r          *lock.Reconciler
+	leadership interface{ Current() bool }
+}
 
 func (a authorityViews) FreshView(l types.NamespacedName) (int64, int64, bool) {
+	if a.leadership != nil && !a.leadership.Current() {
+		return 0, 0, false
+	}
 	v, ok := a.r.FreshView(l)
 	return v.HeldEpoch, v.Floor, ok
 }

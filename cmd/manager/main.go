@@ -14,6 +14,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -31,6 +35,9 @@ func main() {
 		leaderElect            bool
 		singleAuthority        bool
 		leaderElectNamespace   string
+		leaseDuration          time.Duration
+		renewDeadline          time.Duration
+		retryPeriod            time.Duration
 		concurrency            int
 		webhookPort            int
 		webhookCertDir         string
@@ -54,6 +61,12 @@ func main() {
 			"Never set it where two managers can run at once (several replicas, or a rolling update of one: use the Recreate strategy).")
 	flag.StringVar(&leaderElectNamespace, "leader-election-namespace", "",
 		"Namespace of the leader-election Lease (default: the pod's namespace, required out of cluster).")
+	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second,
+		"How long a standby waits, after the last renewal it saw, before it takes the leadership.")
+	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+		"How long the leader keeps trying to renew before it gives up its term; it also vouches for its cache only within this long of its last renewal. Must be less than the lease duration.")
+	flag.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second,
+		"How often the leader renews, and a standby tries to take over. Must be less than the renew deadline.")
 	flag.IntVar(&concurrency, "lock-concurrency", controllers.DefaultConcurrency, "Locks reconciled in parallel.")
 	flag.BoolVar(&enableWebhook, "enable-fencing-webhook", true, "Serve the fencing admission webhook (in --fencing-mode=cel it answers only for the scale subresource).")
 	flag.StringVar(&fencingMode, "fencing-mode", envOr("FENCING_MODE", controllers.FencingModeWebhook),
@@ -91,6 +104,11 @@ func main() {
 	}
 	if maxWaiters < 0 {
 		log.Error(nil, "--max-waiters-per-lock must be 0 (no limit) or positive", "got", maxWaiters)
+		os.Exit(1)
+	}
+	if leaderElect && !(leaseDuration > renewDeadline && renewDeadline > retryPeriod && retryPeriod > 0) {
+		log.Error(nil, "leader election needs --leader-elect-lease-duration > --leader-elect-renew-deadline > --leader-elect-retry-period > 0",
+			"leaseDuration", leaseDuration.String(), "renewDeadline", renewDeadline.String(), "retryPeriod", retryPeriod.String())
 		os.Exit(1)
 	}
 	if maxWaiters == 0 {
@@ -133,19 +151,27 @@ func main() {
 			Field:      fields.OneTermEqualSelector("metadata.name", certs.secret),
 		}
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  controllers.Scheme(),
-		Cache:                   cacheOpts,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:  probeAddr,
-		PprofBindAddress:        pprofAddr,
-		LeaderElection:          leaderElect,
-		LeaderElectionID:        "fencekeeper-manager.fencekeeper.io",
-		LeaderElectionNamespace: leaderElectNamespace,
+	mopts := ctrl.Options{
+		Scheme:                 controllers.Scheme(),
+		Cache:                  cacheOpts,
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+		PprofBindAddress:       pprofAddr,
+		WebhookServer:          webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir}),
+	}
+	if leaderElect {
+		leadership, err := leaderElection(cfg, leaderElectNamespace, renewDeadline)
+		if err != nil {
+			log.Error(err, "unable to set up leader election")
+			os.Exit(1)
+		}
+		wiring.Leadership = leadership
+		mopts.LeaderElection, mopts.LeaderElectionResourceLockInterface = true, leadership
+		mopts.LeaseDuration, mopts.RenewDeadline, mopts.RetryPeriod = &leaseDuration, &renewDeadline, &retryPeriod
 		// Losing leadership ends the process; a new term starts clean.
-		LeaderElectionReleaseOnCancel: true,
-		WebhookServer:                 webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir}),
-	})
+		mopts.LeaderElectionReleaseOnCancel = true
+	}
+	mgr, err := ctrl.NewManager(cfg, mopts)
 	if err != nil {
 		log.Error(err, "unable to create manager")
 		os.Exit(1)
@@ -184,6 +210,26 @@ func main() {
 		log.Error(err, "manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// leaderElection returns the leader-election lock (its Lease in namespace,
+// by default the pod's), with an Event recorder for its transitions.
+func leaderElection(cfg *rest.Config, namespace string, renewDeadline time.Duration) (*controllers.LeadershipLock, error) {
+	if namespace == "" {
+		ns, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+		if err != nil {
+			return nil, fmt.Errorf("--leader-election-namespace is required out of cluster: %w", err)
+		}
+		namespace = strings.TrimSpace(string(ns))
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(controllers.Scheme(), corev1.EventSource{Component: controllers.LeaderElectionID})
+	return controllers.NewLeaderElectionLock(cfg, namespace, controllers.LeaderElectionID, renewDeadline, recorder)
 }
 
 func envOr(name, def string) string {

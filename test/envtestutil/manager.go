@@ -79,10 +79,14 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	}
+	var leadership *controllers.LeadershipLock
 	if le := o.LeaderElection; le != nil {
 		leaseDuration, renewDeadline, retryPeriod := 4*time.Second, 3*time.Second, 200*time.Millisecond
-		opts.LeaderElection, opts.LeaderElectionReleaseOnCancel = true, true
-		opts.LeaderElectionNamespace, opts.LeaderElectionID = le.Namespace, le.Name
+		var err error
+		if leadership, err = controllers.NewLeaderElectionLock(mcfg, le.Namespace, le.Name, renewDeadline, nil); err != nil {
+			return nil, err
+		}
+		opts.LeaderElection, opts.LeaderElectionReleaseOnCancel, opts.LeaderElectionResourceLockInterface = true, true, leadership
 		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &leaseDuration, &renewDeadline, &retryPeriod
 	}
 	if o.SyncPeriod > 0 {
@@ -105,13 +109,17 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var authority *lock.Reconciler
-	if err := controllers.Setup(ctx, mgr, controllers.Options{
+	wiring := controllers.Options{
 		OnAuthority: func(r *lock.Reconciler) { authority = r },
 		Concurrency: 4, ForeignLeaseRecheck: o.ForeignLeaseRecheck, Webhook: o.Webhook != nil, ForTests: true,
 		ExpiredClaimRetention: o.ExpiredClaimRetention, MaxWaitersPerLock: o.MaxWaitersPerLock,
 		FencingMode: fencingMode(o.CEL), Guarded: o.CEL, ExcludedNamespaces: []string{"kube-system", ManagerNamespace},
 		SingleAuthority: o.SingleAuthority,
-	}); err != nil {
+	}
+	if leadership != nil {
+		wiring.Leadership = leadership
+	}
+	if err := controllers.Setup(ctx, mgr, wiring); err != nil {
 		cancel()
 		return nil, err
 	}
