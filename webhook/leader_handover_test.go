@@ -101,8 +101,7 @@ func leaderHandover(leaseUnseen bool) {
 	Expect(k8s.Update(ctx, renewed)).To(Succeed())
 	w2 := newClaimObj(ns, "w2", lock, "W2", 300)
 	Expect(k8s.Create(ctx, w2)).To(Succeed())
-	Expect(k8s.Patch(ctx, &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w1.Name}},
-		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+fkv1.AnnotationBreakReason+`":"W1 hung"}}}`)))).To(Succeed())
+	breakHold(ns, w1.Name, "W1 hung")
 	w2Held := waitPhase(w2, fkv1.PhaseHeld)
 	Expect(w2Held.Status.Epoch).To(BeNumerically(">", w1.Status.Epoch))
 

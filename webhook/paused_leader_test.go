@@ -8,7 +8,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -101,8 +100,7 @@ var _ = Describe("A leader paused past its leader lease", func() {
 
 		By("A's leader lease lapses; B leads, W1's hold is broken and B grants W2")
 		Eventually(b.Mgr.Elected(), 30*time.Second).Should(BeClosed())
-		Expect(k8s.Patch(ctx, &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w1.Name}},
-			client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+fkv1.AnnotationBreakReason+`":"W1 hung"}}}`)))).To(Succeed())
+		breakHold(ns, w1.Name, "W1 hung")
 		granted := waitPhase(w2, fkv1.PhaseHeld)
 		Expect(granted.Status.Epoch).To(BeNumerically(">", w1.Status.Epoch))
 		Consistently(result, 200*time.Millisecond).ShouldNot(Receive(), "the write must still be in flight on the stopped leader")

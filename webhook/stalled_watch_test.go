@@ -55,8 +55,7 @@ var _ = Describe("A webhook-serving replica whose watches stalled", func() {
 		time.Sleep(300 * time.Millisecond) // an event already being read gets through
 		w2 := newClaimObj(ns, "w2", lock, "W2", 300)
 		Expect(k8s.Create(ctx, w2)).To(Succeed())
-		Expect(k8s.Patch(ctx, &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w1.Name}},
-			client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+fkv1.AnnotationBreakReason+`":"W1 hung"}}}`)))).To(Succeed())
+		breakHold(ns, w1.Name, "W1 hung")
 		granted := waitPhase(w2, fkv1.PhaseHeld)
 		Expect(granted.Status.Epoch).To(BeNumerically(">", w1.Status.Epoch))
 		var cached coordinationv1.Lease

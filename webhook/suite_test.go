@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -85,6 +86,12 @@ func waitPhase(c *fkv1.FencedLease, phase fkv1.FencedLeasePhase) *fkv1.FencedLea
 		return got.Status.Phase
 	}, 30*time.Second, 20*time.Millisecond).Should(Equal(phase))
 	return &got
+}
+
+// breakHold has an operator break claim name's hold (kubectl fence break).
+func breakHold(ns, name, reason string) {
+	ExpectWithOffset(1, k8s.Patch(ctx, &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
+		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+fkv1.AnnotationBreakReason+`":"`+reason+`"}}}`)))).To(Succeed())
 }
 
 func release(c *fkv1.FencedLease) {

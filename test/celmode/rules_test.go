@@ -136,6 +136,17 @@ func plantUnfenced(k, v string) func(s *scen) {
 	}
 }
 
+// plantOwned creates "report" without the lock label, owned by another
+// object (deleting the owner would have the garbage collector delete it).
+func plantOwned(s *scen) {
+	ctx := context.Background()
+	bait := configMap(s.ns, "bait", "-", nil, "")
+	s.must(s.b.mallory.Create(ctx, bait))
+	cm := configMap(s.ns, "report", "-", nil, "v1")
+	cm.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "bait", UID: bait.UID}}
+	s.must(s.b.mallory.Create(ctx, cm))
+}
+
 // fence adds the lock label, and new data.
 func fence(cm *corev1.ConfigMap) {
 	cm.Labels = map[string]string{fkv1.LabelLock: lockName}
@@ -253,14 +264,7 @@ func cases() []ruleCase {
 			}},
 		{name: "labelling an object that was given an owner while unfenced (deleting the owner would have the garbage collector delete it)",
 			noObject: true, want: fkv1.AdmissionInheritedFromUnfenced,
-			setup: func(s *scen) {
-				ctx := context.Background()
-				bait := configMap(s.ns, "bait", "-", nil, "")
-				s.must(s.b.mallory.Create(ctx, bait))
-				cm := configMap(s.ns, "report", "-", nil, "v1")
-				cm.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "bait", UID: bait.UID}}
-				s.must(s.b.mallory.Create(ctx, cm))
-			},
+			setup: plantOwned,
 			write: func(s *scen) error { return s.update(s.b.admin, s.e1, fence) }},
 		{name: "labelling an object whose deletion was requested while unfenced (removing its finalizer would complete it)",
 			noObject: true, want: fkv1.AdmissionInheritedFromUnfenced,
@@ -313,15 +317,8 @@ func cases() []ruleCase {
 				return s.apply("w1", fmt.Sprintf(`,"annotations":{%q:%q}`, fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e1)), "v2")
 			}},
 		{name: "labelling an object that was given an owner while unfenced, by client.MergeFrom", noObject: true,
-			want: fkv1.AdmissionInheritedFromUnfenced,
-			setup: func(s *scen) {
-				ctx := context.Background()
-				bait := configMap(s.ns, "bait", "-", nil, "")
-				s.must(s.b.mallory.Create(ctx, bait))
-				cm := configMap(s.ns, "report", "-", nil, "v1")
-				cm.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "bait", UID: bait.UID}}
-				s.must(s.b.mallory.Create(ctx, cm))
-			},
+			want:  fkv1.AdmissionInheritedFromUnfenced,
+			setup: plantOwned,
 			write: func(s *scen) error {
 				cm := s.get()
 				base := cm.DeepCopy()
