@@ -66,6 +66,25 @@ func NewLeaderElectionLock(cfg *rest.Config, namespace, name string, renewDeadli
 	return &LeadershipLock{Interface: inner, renewDeadline: renewDeadline}, nil
 }
 
+// ValidateLeaderElection checks the leader-election timing the way the
+// lease is used: a standby waits the lease duration as stored on the Lease
+// (whole seconds), which must exceed the renew deadline (the leader's
+// term, and its vouching, end within it); client-go needs the renew
+// deadline above 1.2 retry periods.
+func ValidateLeaderElection(leaseDuration, renewDeadline, retryPeriod time.Duration) error {
+	stored := leaseDuration.Truncate(time.Second)
+	switch {
+	case retryPeriod <= 0:
+		return fmt.Errorf("the retry period (%v) must be positive", retryPeriod)
+	case float64(renewDeadline) <= 1.2*float64(retryPeriod):
+		return fmt.Errorf("the renew deadline (%v) must exceed 1.2 retry periods (%v)", renewDeadline, retryPeriod)
+	case stored <= renewDeadline:
+		return fmt.Errorf("the lease duration as stored on the Lease, in whole seconds (%v of %v), must exceed the renew deadline (%v): "+
+			"a standby may lead once it has passed, and the leader vouches until the renew deadline", stored, leaseDuration, renewDeadline)
+	}
+	return nil
+}
+
 // Create is the elector's acquire of a Lease that does not exist yet.
 func (l *LeadershipLock) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
 	return l.wrote(rec, func() error { return l.Interface.Create(ctx, rec) })
@@ -80,13 +99,16 @@ func (l *LeadershipLock) Update(ctx context.Context, rec resourcelock.LeaderElec
 // once it succeeded (sent, not answered: a successor counts from when it
 // saw the write, which is later).
 func (l *LeadershipLock) wrote(rec resourcelock.LeaderElectionRecord, write func() error) error {
+	if rec.HolderIdentity != l.Identity() {
+		// A release: the term ends before the write that lets a standby in.
+		l.renewed.Store(nil)
+		return write()
+	}
 	sent := time.Now()
 	if err := write(); err != nil {
 		return err
 	}
-	if rec.HolderIdentity == l.Identity() {
-		l.renewed.Store(&sent)
-	}
+	l.renewed.Store(&sent)
 	return nil
 }
 
@@ -95,7 +117,9 @@ func (l *LeadershipLock) wrote(rec resourcelock.LeaderElectionRecord, write func
 // monotonic and the wall clock are asked, and the longer elapsed time
 // counts: the monotonic clock does not advance while the machine is
 // suspended, and a wall clock that jumps forward only costs vouching (the
-// webhook reads live) until the next renewal.
+// webhook reads live) until the next renewal. A pause that stops both
+// clocks (some hypervisors pause a VM that way) cannot be seen from
+// inside: that limit is documented.
 func (l *LeadershipLock) Current() bool {
 	t := l.renewed.Load()
 	if t == nil {

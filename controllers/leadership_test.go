@@ -65,3 +65,37 @@ func TestLeadershipLockCurrent(t *testing.T) {
 		t.Fatal("a failed renewal counted")
 	}
 }
+
+func TestValidateLeaderElection(t *testing.T) {
+	for _, tc := range []struct {
+		lease, renew, retry time.Duration
+		ok                  bool
+	}{
+		{15 * time.Second, 10 * time.Second, 2 * time.Second, true},
+		{4 * time.Second, 3 * time.Second, 500 * time.Millisecond, true},
+		// Stored as 10 s: a standby may lead before the renew deadline.
+		{10500 * time.Millisecond, 10200 * time.Millisecond, 2 * time.Second, false},
+		// Stored as 0 s: every standby leads at once.
+		{900 * time.Millisecond, 800 * time.Millisecond, 200 * time.Millisecond, false},
+		{4 * time.Second, 3 * time.Second, 2600 * time.Millisecond, false},
+		{4 * time.Second, 3 * time.Second, 0, false},
+		{3 * time.Second, 3 * time.Second, time.Second, false},
+	} {
+		err := ValidateLeaderElection(tc.lease, tc.renew, tc.retry)
+		if (err == nil) != tc.ok {
+			t.Errorf("lease %v, renew %v, retry %v: got %v, want ok=%v", tc.lease, tc.renew, tc.retry, err, tc.ok)
+		}
+	}
+}
+
+// A release ends the term before the write that lets a standby in.
+func TestLeadershipLockReleaseEndsTheTerm(t *testing.T) {
+	ctx := context.Background()
+	l := &LeadershipLock{Interface: &fakeLock{id: "me"}, renewDeadline: time.Hour}
+	if err := l.Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "me"}); err != nil || !l.Current() {
+		t.Fatal("a renewal did not count")
+	}
+	if err := l.Update(ctx, resourcelock.LeaderElectionRecord{}); err != nil || l.Current() {
+		t.Fatal("still current after releasing the lease")
+	}
+}

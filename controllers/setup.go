@@ -136,7 +136,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	recorder := mgr.GetEventRecorder(EventSource)
 	authority := lock.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder,
-		lock.Options{Clock: o.Clock, ForeignLeaseRecheck: o.ForeignLeaseRecheck, MaxWaiters: o.MaxWaitersPerLock})
+		lock.Options{Clock: o.Clock, ForeignLeaseRecheck: o.ForeignLeaseRecheck, MaxWaiters: o.MaxWaitersPerLock, Leadership: o.Leadership})
 	if err := authority.SetupWithManager(ctx, mgr, copts); err != nil {
 		return err
 	}

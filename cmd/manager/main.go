@@ -106,10 +106,11 @@ func main() {
 		log.Error(nil, "--max-waiters-per-lock must be 0 (no limit) or positive", "got", maxWaiters)
 		os.Exit(1)
 	}
-	if leaderElect && !(leaseDuration > renewDeadline && renewDeadline > retryPeriod && retryPeriod > 0) {
-		log.Error(nil, "leader election needs --leader-elect-lease-duration > --leader-elect-renew-deadline > --leader-elect-retry-period > 0",
-			"leaseDuration", leaseDuration.String(), "renewDeadline", renewDeadline.String(), "retryPeriod", retryPeriod.String())
-		os.Exit(1)
+	if leaderElect {
+		if err := controllers.ValidateLeaderElection(leaseDuration, renewDeadline, retryPeriod); err != nil {
+			log.Error(err, "invalid leader-election timing")
+			os.Exit(1)
+		}
 	}
 	if maxWaiters == 0 {
 		maxWaiters = -1 // Setup's "no limit"
@@ -167,6 +168,9 @@ func main() {
 		}
 		wiring.Leadership = leadership
 		mopts.LeaderElection, mopts.LeaderElectionResourceLockInterface = true, leadership
+		// The lock above is the one used; the ID still names the elector
+		// (its metrics).
+		mopts.LeaderElectionID, mopts.LeaderElectionNamespace = controllers.LeaderElectionID, leaderElectNamespace
 		mopts.LeaseDuration, mopts.RenewDeadline, mopts.RetryPeriod = &leaseDuration, &renewDeadline, &retryPeriod
 		// Losing leadership ends the process; a new term starts clean.
 		mopts.LeaderElectionReleaseOnCancel = true

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +35,8 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 		// That Lease is outside the cache: its removal sends no event.
 		return ctrl.Result{RequeueAfter: r.foreignRecheck}, nil
 	case actReleaseFinalizer:
+		// The Lease goes: nothing is vouched for from its cached copy.
+		r.views.set(lock, View{})
 		return ctrl.Result{}, r.releaseFinalizer(ctx, g.lease)
 	}
 
@@ -48,6 +51,12 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	}
 
 	lease := g.lease
+	if a.kind.writesLease() && r.leadership != nil && !r.leadership.Current() {
+		// This term is not certainly ours (a leader that resumed from a
+		// pause past its lease): decide again once it is, or never.
+		r.views.set(lock, View{})
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 	if a.kind.writesLease() {
 		if a.kind != actRepair {
 			// The holder changes: the webhook must not trust the old view

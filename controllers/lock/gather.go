@@ -194,7 +194,7 @@ func (r *Reconciler) expectedLeaseExists(ctx context.Context, lock types.Namespa
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("reading Lease %s, which the cache has not shown yet: %w", lock, err)
-	case current.UID == want.uid || fkv1.IsManagedLease(&current):
+	case fkv1.IsManagedLease(&current):
 		r.expect.wroteLease(lock, current.UID, current.ResourceVersion)
 		return true, nil
 	default:

@@ -47,6 +47,11 @@ type Options struct {
 	// MaxWaiters per lock: new claims beyond it are turned away (QueueFull).
 	// 0 means DefaultMaxWaiters; negative means no limit.
 	MaxWaiters int
+	// Leadership, with leader election, tells whether this process's term
+	// is certainly still its own: no Lease is written outside it (a leader
+	// paused past its lease resumes deciding on caches from before the
+	// pause, while its successor already acts). nil: no leader election.
+	Leadership interface{ Current() bool }
 }
 
 // Reconciler is the lease authority for every lock: one reconcile per lock
@@ -60,6 +65,7 @@ type Reconciler struct {
 	recorder       events.EventRecorder
 	foreignRecheck time.Duration
 	maxWaiters     int
+	leadership     interface{ Current() bool }
 
 	clock  *renewClock
 	floors *epochFloors
@@ -97,7 +103,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, recorder events.Eve
 		o.MaxWaiters = 0 // no limit
 	}
 	r := &Reconciler{
-		client: c, apiReader: apiReader, recorder: recorder, foreignRecheck: o.ForeignLeaseRecheck, maxWaiters: o.MaxWaiters,
+		client: c, apiReader: apiReader, recorder: recorder, foreignRecheck: o.ForeignLeaseRecheck, maxWaiters: o.MaxWaiters, leadership: o.Leadership,
 		clock: newRenewClock(o.Clock), floors: newEpochFloors(), expect: newWriteExpectations(), views: newViews(),
 		queue: queues, uncertain: newUncertainWrites(),
 	}
