@@ -70,3 +70,30 @@ func TestExpectedLeaseThatLostItsLabel(t *testing.T) {
 	v, _ := r.expect.expectedLease(lock)
 	g.Expect(v.rv).To(Equal("30"), "the live version is what the cache must reach")
 }
+
+// updates is a client whose only call is Update, which it records.
+type updates struct {
+	client.Client
+	n int
+}
+
+func (u *updates) Update(context.Context, client.Object, ...client.UpdateOption) error {
+	u.n++
+	return nil
+}
+
+// Releasing the finalizer of a Lease that goes (its namespace terminating,
+// its claims gone) withdraws the view first: the webhook must not vouch
+// from the cached copy of a Lease that no longer exists.
+func TestReleasingTheFinalizerWithdrawsTheView(t *testing.T) {
+	g := NewWithT(t)
+	c := &updates{}
+	r := NewReconciler(c, nil, nil, Options{})
+	lock := types.NamespacedName{Namespace: "ns", Name: "x"}
+	r.views.set(lock, View{HeldEpoch: 41, deadline: time.Now().Add(time.Hour)})
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x", Finalizers: []string{fkv1.LeaseFinalizer}}}
+	_, err := r.act(context.Background(), lock, gathered{lease: l}, action{kind: actReleaseFinalizer})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.n).To(Equal(1), "the finalizer was not released")
+	g.Expect(r.views.m).NotTo(HaveKey(lock))
+}
