@@ -19,6 +19,7 @@ CHAOS_SEED ?=
 CHAOS_PARALLEL ?= 2
 CHAOS_PARTITIONS ?=
 CHAOS_FENCING_MODE ?=
+CHAOS_LEADER_ELECTION ?=
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 
@@ -136,7 +137,7 @@ dev-up: tools build manifests ## The same in the background; kubeconfig at .dev/
 
 .PHONY: chaos
 chaos: tools ## Randomized fault runs (CHAOS_RUNS=500, or CHAOS_BUDGET=10m; CHAOS_SEED=n replays one run); report in .chaos/.
-	CHAOS_RUNS="$(CHAOS_RUNS)" CHAOS_BUDGET="$(CHAOS_BUDGET)" CHAOS_SEED="$(CHAOS_SEED)" CHAOS_PARALLEL="$(CHAOS_PARALLEL)" CHAOS_PARTITIONS="$(CHAOS_PARTITIONS)" CHAOS_FENCING_MODE="$(CHAOS_FENCING_MODE)" \
+	CHAOS_RUNS="$(CHAOS_RUNS)" CHAOS_BUDGET="$(CHAOS_BUDGET)" CHAOS_SEED="$(CHAOS_SEED)" CHAOS_PARALLEL="$(CHAOS_PARALLEL)" CHAOS_PARTITIONS="$(CHAOS_PARTITIONS)" CHAOS_FENCING_MODE="$(CHAOS_FENCING_MODE)" CHAOS_LEADER_ELECTION="$(CHAOS_LEADER_ELECTION)" \
 		$(GO) test -count=1 -timeout 0 -run '^TestChaos$$' -v ./test/chaos
 
 .PHONY: chaos-mutants
@@ -188,7 +189,7 @@ help: ## Show the targets by section, then the variables you can set.
 	@echo "  DEV_DIR                  dev-up, dev-down: state directory: kubeconfig, logs, ready marker (default .dev)"
 	@echo "  MANAGER_BIN              dev-up: the manager binary to run (default bin/manager)"
 	@echo "  CHAOS_RUNS, CHAOS_BUDGET chaos: how many runs, or for how long (make test: 60s); CHAOS_SEED=n replays one run"
-	@echo "  CHAOS_PARALLEL           chaos: runs at once (default 2); CHAOS_PARTITIONS=1 adds partitions of the manager process; CHAOS_FENCING_MODE=cel runs it in CEL enforcement mode"
+	@echo "  CHAOS_PARALLEL           chaos: runs at once (default 2); CHAOS_PARTITIONS=1 adds partitions of the manager process; CHAOS_FENCING_MODE=cel runs it in CEL enforcement mode; CHAOS_LEADER_ELECTION=1 runs both managers under leader election"
 	@echo "  IMG                      docker-build: image name (now: $(IMG))"
 	@echo "  CONTAINER_TOOL           docker-build: container engine (now: $(CONTAINER_TOOL))"
 	@echo "  KUBEBUILDER_ASSETS       where envtest finds etcd, kube-apiserver, kubectl; make sets it to bin/ (set it yourself for a bare go test)"

@@ -19,12 +19,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/fencekeeper/fencekeeper/controllers"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 	"github.com/fencekeeper/fencekeeper/webhook"
@@ -47,6 +49,10 @@ type settings struct {
 	// cel: CHAOS_FENCING_MODE=cel runs the fencing rules as the CEL-mode
 	// admission policies instead of the webhook.
 	cel bool
+	// leaderElection: CHAOS_LEADER_ELECTION=1 runs the two managers under
+	// leader election, as the chart does: the leader's webhook answers from
+	// its cache while it vouches, and the faults move the leadership.
+	leaderElection bool
 }
 
 func readSettings(t *testing.T) settings {
@@ -74,6 +80,13 @@ func readSettings(t *testing.T) settings {
 		s.cel = true
 	default:
 		t.Fatalf("CHAOS_FENCING_MODE=%q: use webhook or cel", v)
+	}
+	switch v := os.Getenv("CHAOS_LEADER_ELECTION"); v {
+	case "", "0":
+	case "1":
+		s.leaderElection = true
+	default:
+		t.Fatalf("CHAOS_LEADER_ELECTION=%q: use 0 or 1", v)
 	}
 	if v := os.Getenv("CHAOS_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
@@ -144,7 +157,7 @@ func TestChaos(t *testing.T) {
 	defer logs.Close()
 	logf.SetLogger(zap.New(zap.WriteTo(logs)))
 
-	nem, err := startNemesis(ctx, env, admin, s.seed, logs)
+	nem, err := startNemesis(ctx, env, admin, s.seed, s.leaderElection, logs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +359,7 @@ type nemesis struct {
 	faults map[string]int64
 }
 
-func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin client.Client, seed uint64, logs *os.File) (*nemesis, error) {
+func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin client.Client, seed uint64, leaderElection bool, logs *os.File) (*nemesis, error) {
 	dir, err := os.MkdirTemp("", "fencekeeper-chaos-")
 	if err != nil {
 		return nil, err
@@ -371,6 +384,15 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 		if secondOpts.CEL, err = webhook.ParseGuardedResources([]string{"configmaps"}); err != nil {
 			return nil, err
 		}
+	}
+	if leaderElection {
+		// Both managers stand for one leadership (short timings, so a
+		// SIGSTOP or a partition of a few seconds moves it); the one that
+		// loses it exits, and is started again below.
+		procArgs = append(procArgs, "--leader-elect", "--leader-election-namespace="+envtestutil.ManagerNamespace,
+			"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms")
+		secondOpts.LeaderElection = &types.NamespacedName{Namespace: envtestutil.ManagerNamespace, Name: controllers.LeaderElectionID}
+		secondOpts.SingleAuthority = true
 	}
 	proc, err := envtestutil.StartManagerProcessVia(ctx, env.Env, admin, dir, logs, proxy, procArgs...)
 	if err != nil {
@@ -406,6 +428,19 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 			sleep(ctx, time.Duration(1000+rng.IntN(2000))*time.Millisecond)
 			if ctx.Err() != nil {
 				return
+			}
+			if proc.Exited() {
+				// It lost its leadership (or crashed): a Deployment restarts it.
+				n.count("manager-exited-restart")
+				if proc, err = envtestutil.StartManagerProcessVia(context.Background(), env.Env, admin, dir, logs, proxy, procArgs...); err != nil {
+					panic(fmt.Sprintf("restarting the manager process: %v", err))
+				}
+			}
+			if second.Exited() {
+				n.count("authority-exited-restart")
+				if second, err = envtestutil.StartManager(env.Manager, secondOpts); err != nil {
+					panic(fmt.Sprintf("restarting the in-process authority: %v", err))
+				}
 			}
 			kinds := 7
 			if partitions {

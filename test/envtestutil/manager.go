@@ -149,12 +149,25 @@ func fencingMode(cel []webhook.GuardedResource) string {
 	return controllers.FencingModeWebhook
 }
 
+// Exited reports whether the manager has stopped by itself (under leader
+// election, it stops when it loses its leadership).
+func (m *Manager) Exited() bool {
+	select {
+	case err := <-m.done:
+		m.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
 // Stop stops the manager and waits for it to finish; it returns the error
 // the manager stopped with.
 func (m *Manager) Stop() error {
 	m.cancel()
 	select {
 	case err := <-m.done:
+		m.done <- err
 		return err
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("manager did not stop within 30s")

@@ -138,6 +138,18 @@ func (p *ManagerProcess) waitAnswering(ctx context.Context, admin client.Client)
 	}
 }
 
+// Exited reports whether the process has ended (a manager that lost its
+// leadership exits).
+func (p *ManagerProcess) Exited() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
 // Signal sends sig to the process.
 func (p *ManagerProcess) Signal(sig syscall.Signal) error { return p.Cmd.Process.Signal(sig) }
 
