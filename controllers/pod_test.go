@@ -10,7 +10,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -20,63 +19,18 @@ import (
 // leasePod creates a pod asking for lock, and plays the kubelet: Running
 // with its containers ready.
 func leasePod(ns, name, lock, ttl string, ready bool, tweak ...func(*corev1.Pod)) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{}},
-		Spec: corev1.PodSpec{
-			Containers:     []corev1.Container{{Name: "app", Image: "example.com/report-worker:1"}},
-			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: fkv1.PodConditionLeaseHeld}},
-		},
-	}
-	if lock != "" {
-		p.Annotations[fkv1.AnnotationLease] = lock
-	}
-	if ttl != "" {
-		p.Annotations[fkv1.AnnotationLeaseDuration] = ttl
-	}
-	for _, t := range tweak {
-		t(p)
-	}
-	ExpectWithOffset(1, k8s.Create(ctx, p)).To(Succeed())
-	setReady(p, ready)
+	p, err := envtestutil.LeasePod(ctx, k8s, ns, name, lock, ttl, ready, tweak...)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	return p
 }
 
 // setReady sets the pod's status the way the kubelet would.
 func setReady(p *corev1.Pod, ready bool) {
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
-	}
-	EventuallyWithOffset(1, func() error {
-		var cur corev1.Pod
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), &cur); err != nil {
-			return err
-		}
-		cur.Status.Phase = corev1.PodRunning
-		set := false
-		for i := range cur.Status.Conditions {
-			if cur.Status.Conditions[i].Type == corev1.ContainersReady {
-				cur.Status.Conditions[i].Status, set = status, true
-			}
-		}
-		if !set {
-			cur.Status.Conditions = append(cur.Status.Conditions, corev1.PodCondition{Type: corev1.ContainersReady, Status: status, LastTransitionTime: metav1.Now()})
-		}
-		return k8s.Status().Update(ctx, &cur)
-	}, 10*time.Second).Should(Succeed())
+	ExpectWithOffset(1, envtestutil.SetPodReady(ctx, k8s, p, ready)).To(Succeed())
 }
 
 func podLease(ns, name string) (state, epoch string, cond *corev1.PodCondition) {
-	var p corev1.Pod
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
-		return "", "", nil
-	}
-	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == fkv1.PodConditionLeaseHeld {
-			cond = &p.Status.Conditions[i]
-		}
-	}
-	return p.Annotations[fkv1.AnnotationLeaseState], p.Annotations[fkv1.AnnotationEpoch], cond
+	return envtestutil.PodLease(ctx, k8s, ns, name)
 }
 
 // stateOf shows a pod's lease as "state/epoch", the epoch counted from the

@@ -1,10 +1,8 @@
 package controllers_test
 
 import (
-	"errors"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,32 +14,6 @@ import (
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
 
-// loseLeaseReply sends the next update of one Lease and then loses its
-// reply: the write committed, the manager is told it failed.
-type loseLeaseReply struct {
-	next     http.RoundTripper
-	path     string
-	armed    *atomic.Bool
-	happened chan struct{}
-}
-
-func (t loseLeaseReply) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodPut || !strings.HasSuffix(req.URL.Path, t.path) || !t.armed.Load() {
-		return t.next.RoundTrip(req)
-	}
-	resp, err := t.next.RoundTrip(req)
-	if err != nil {
-		return resp, err
-	}
-	_ = resp.Body.Close()
-	t.armed.Store(false)
-	select {
-	case t.happened <- struct{}{}:
-	default:
-	}
-	return nil, errors.New("injected: the reply of the Lease write was lost after it committed")
-}
-
 // Seed §22's lost reply, on the authority: the grant to the next holder
 // commits, its reply is lost, and the manager's Lease cache still shows the
 // old holder. If that holder's pod turns ready again meanwhile, a reconcile
@@ -52,12 +24,11 @@ var _ = Describe("A Lease write whose reply was lost", func() {
 	It("is followed by no view of the old holder until the write's outcome is known", func() {
 		ns := newNamespace()
 		lock := "lost-reply"
-		armed := &atomic.Bool{}
-		happened := make(chan struct{}, 1)
+		lost := envtestutil.NewLoseLeaseReply(ns, lock)
 		freezer := envtestutil.NewWatchFreezer(func(r *http.Request) bool { return strings.Contains(r.URL.Path, "/leases") })
 		m, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{SingleAuthority: true,
 			WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
-				return freezer.Wrap(loseLeaseReply{next: rt, path: "/namespaces/" + ns + "/leases/" + lock, armed: armed, happened: happened})
+				return freezer.Wrap(lost.Wrap(rt))
 			}})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { freezer.Thaw(); Expect(m.Stop()).To(Succeed()) })
@@ -86,9 +57,9 @@ var _ = Describe("A Lease write whose reply was lost", func() {
 
 		By("the holder's pod is not ready for its TTL: the grant to the waiter commits, its reply is lost, the manager's Lease watch stalls")
 		freezer.Freeze()
-		armed.Store(true)
+		lost.Armed.Store(true)
 		setReady(holder, false)
-		Eventually(happened, 15*time.Second).Should(Receive())
+		Eventually(lost.Happened, 15*time.Second).Should(Receive())
 		var live coordinationv1.Lease
 		Expect(k8s.Get(ctx, key, &live)).To(Succeed())
 		Expect(fkv1.FormatEpoch(fkv1.ReadLedger(&live, lock).HeldEpoch())).NotTo(Equal(held), "the grant committed")

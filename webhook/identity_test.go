@@ -6,15 +6,11 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -132,13 +128,7 @@ var _ = Describe("Identity binding", func() {
 	})
 
 	It("binds a pod's claim to the pod: only a token bound to that pod presents its epoch", func() {
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker"}}
-		Expect(k8s.Create(ctx, sa)).To(Succeed())
-		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker-edit"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
-			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "worker", Namespace: ns}},
-		})).To(Succeed())
+		workerAccount(ns)
 		pod := func(name string, lease bool) *corev1.Pod {
 			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 				Spec: corev1.PodSpec{ServiceAccountName: "worker", Containers: []corev1.Container{{Name: "app", Image: "example.com/app"}}}}
@@ -167,20 +157,6 @@ var _ = Describe("Identity binding", func() {
 		claim := claims.Items[0]
 		Expect(claim.Annotations).To(HaveKeyWithValue(fkv1.AnnotationCreatedByPodUID, string(holder.UID)))
 		epoch := claim.Status.Epoch
-		asPod := func(p *corev1.Pod) client.Client {
-			cs, err := kubernetes.NewForConfig(adminCfg)
-			Expect(err).NotTo(HaveOccurred())
-			tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "worker", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-				ExpirationSeconds: ptr.To(int64(600)),
-				BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
-			}}, metav1.CreateOptions{})
-			Expect(err).NotTo(HaveOccurred())
-			cfg := rest.AnonymousClientConfig(adminCfg)
-			cfg.BearerToken = tr.Status.Token
-			c, err := client.New(cfg, client.Options{Scheme: envtestutil.Scheme()})
-			Expect(err).NotTo(HaveOccurred())
-			return c
-		}
 		err := k8s.Create(ctx, fencedConfigMap(ns, lock, lock, epoch, "v0 by admin", nil))
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
 		Expect(asPod(holder).Create(ctx, fencedConfigMap(ns, lock, lock, epoch, "v0 by worker-0", nil))).To(Succeed())

@@ -9,9 +9,12 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -114,13 +117,47 @@ func fencedConfigMap(ns, name, lock string, epoch int64, data string, extra map[
 
 // publish is a worker's read-modify-write of a fenced ConfigMap with its epoch.
 func publish(ns, name string, epoch int64, data string) error {
+	return publishAs(k8s, ns, name, epoch, data)
+}
+
+// publishAs is publish sent by c.
+func publishAs(c client.Client, ns, name string, epoch int64, data string) error {
 	var cm corev1.ConfigMap
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
 		return err
 	}
 	cm.Annotations[fkv1.AnnotationEpoch] = epochString(epoch)
 	cm.Data = map[string]string{"report.csv": data}
-	return k8s.Update(ctx, &cm)
+	return c.Update(ctx, &cm)
+}
+
+// workerAccount creates the ServiceAccount "worker" in ns, allowed
+// everything: pods run as it and write with tokens bound to them.
+func workerAccount(ns string) {
+	ExpectWithOffset(1, k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker"}})).To(Succeed())
+	ExpectWithOffset(1, k8s.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker-edit"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "worker", Namespace: ns}},
+	})).To(Succeed())
+}
+
+// asPod is a client that authenticates the way pod p's containers would:
+// with a token of its ServiceAccount ("worker", see workerAccount) bound
+// to p.
+func asPod(p *corev1.Pod) client.Client {
+	cs, err := kubernetes.NewForConfig(adminCfg)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	tr, err := cs.CoreV1().ServiceAccounts(p.Namespace).CreateToken(ctx, "worker", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: ptr.To(int64(600)),
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
+	}}, metav1.CreateOptions{})
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	cfg := rest.AnonymousClientConfig(adminCfg)
+	cfg.BearerToken = tr.Status.Token
+	c, err := client.New(cfg, client.Options{Scheme: envtestutil.Scheme()})
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return c
 }
 
 func configMapData(ns, name string) string {
