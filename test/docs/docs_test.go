@@ -25,6 +25,7 @@ var walked = []struct{ file, section string }{
 	{"README.md", "## A five-minute tour"},
 	{"docs/fencing.md", ""},
 	{"docs/pod-leases.md", "## Trying it locally"},
+	{"docs/holders.md", "## `kubectl fence`"},
 }
 
 // TestDocs starts a control plane and manager with hack/dev-up.sh (what
