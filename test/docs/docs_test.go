@@ -58,13 +58,16 @@ func TestDocs(t *testing.T) {
 		t.Fatalf("dev-up: %v\n%s\n%s", err, out, log)
 	}
 
-	// The user's shell: the repository's layout, with .dev being ours.
+	// The user's shell: the repository's layout, with .dev being ours, and a
+	// bin/ with the tools make built and the kubectl-fence plugin that
+	// `make build` adds (make test does not build it into bin/).
 	work := t.TempDir()
-	for _, name := range []string{"bin", "config", "hack", "docs"} {
+	for _, name := range []string{"config", "hack", "docs"} {
 		if err := os.Symlink(filepath.Join(root, name), filepath.Join(work, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
+	linkBin(t, root, work)
 	if err := os.Symlink(dev, filepath.Join(work, ".dev")); err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +129,35 @@ func TestDocs(t *testing.T) {
 	}
 	checkMetricNames(t, metricsAddr)
 	t.Logf("%d commands from %d documents ran as documented", len(cmds), len(walked))
+}
+
+// linkBin makes work/bin: a link to each tool in the repository's bin/,
+// and kubectl-fence built from this tree.
+func linkBin(t *testing.T, root, work string) {
+	t.Helper()
+	bin := filepath.Join(work, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tools, err := os.ReadDir(filepath.Join(root, "bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools {
+		if tool.Name() == "kubectl-fence" {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(root, "bin", tool.Name()), filepath.Join(bin, tool.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plugin, err := envtestutil.BuildBinary("./cmd/kubectl-fence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(plugin, filepath.Join(bin, "kubectl-fence")); err != nil {
+		t.Fatal(err)
+	}
 }
 
 var marker = regexp.MustCompile(`^@@(begin|rc) ([0-9]+)(?: ([0-9]+))?$`)
