@@ -63,7 +63,7 @@ type Manager struct {
 	// Authority is this manager's lock authority.
 	Authority *lock.Reconciler
 	cancel    context.CancelFunc
-	done      chan error
+	done      ended
 }
 
 // StartManager starts a manager and waits for its caches (and webhook server).
@@ -123,7 +123,7 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 		cancel()
 		return nil, err
 	}
-	m := &Manager{Mgr: mgr, Authority: authority, cancel: cancel, done: make(chan error, 1)}
+	m := &Manager{Mgr: mgr, Authority: authority, cancel: cancel, done: newEnded()}
 	go func() { m.done <- mgr.Start(ctx) }()
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		_ = m.Stop()
@@ -152,24 +152,16 @@ func fencingMode(cel []webhook.GuardedResource) string {
 // Exited reports whether the manager has stopped by itself (under leader
 // election, it stops when it loses its leadership).
 func (m *Manager) Exited() bool {
-	select {
-	case err := <-m.done:
-		m.done <- err
-		return true
-	default:
-		return false
-	}
+	exited, _ := m.done.peek()
+	return exited
 }
 
 // Stop stops the manager and waits for it to finish; it returns the error
 // the manager stopped with.
 func (m *Manager) Stop() error {
 	m.cancel()
-	select {
-	case err := <-m.done:
-		m.done <- err
+	if stopped, err := m.done.wait(30 * time.Second); stopped {
 		return err
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("manager did not stop within 30s")
 	}
+	return fmt.Errorf("manager did not stop within 30s")
 }

@@ -53,7 +53,7 @@ func ManagerBinary() (string, error) { return BuildBinary("./cmd/manager") }
 // only a process has (SIGSTOP, SIGKILL) can be injected into it.
 type ManagerProcess struct {
 	Cmd  *exec.Cmd
-	done chan error
+	done ended
 	// cel: started with --fencing-mode=cel.
 	cel bool
 }
@@ -98,7 +98,7 @@ func StartManagerProcessVia(ctx context.Context, env *envtest.Environment, admin
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &ManagerProcess{Cmd: cmd, done: make(chan error, 1), cel: slices.Contains(extraArgs, "--fencing-mode=cel")}
+	p := &ManagerProcess{Cmd: cmd, done: newEnded(), cel: slices.Contains(extraArgs, "--fencing-mode=cel")}
 	go func() { p.done <- cmd.Wait() }()
 	if err := p.waitAnswering(ctx, admin); err != nil {
 		p.Kill()
@@ -125,11 +125,8 @@ func (p *ManagerProcess) waitAnswering(ctx context.Context, admin client.Client)
 			p.cel && fkv1.PolicyDenialReason(err.Error()) == fkv1.AdmissionEmptyLockLabel) {
 			return nil
 		}
-		select {
-		case perr := <-p.done:
-			p.done <- perr
+		if exited, perr := p.done.peek(); exited {
 			return fmt.Errorf("the manager process exited before answering admission: %v", perr)
-		default:
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the manager process does not answer admission after 60s (probe: %v)", err)
@@ -141,13 +138,8 @@ func (p *ManagerProcess) waitAnswering(ctx context.Context, admin client.Client)
 // Exited reports whether the process has ended (a manager that lost its
 // leadership exits).
 func (p *ManagerProcess) Exited() bool {
-	select {
-	case err := <-p.done:
-		p.done <- err
-		return true
-	default:
-		return false
-	}
+	exited, _ := p.done.peek()
+	return exited
 }
 
 // Signal sends sig to the process.
@@ -157,10 +149,7 @@ func (p *ManagerProcess) Signal(sig syscall.Signal) error { return p.Cmd.Process
 func (p *ManagerProcess) Stop() {
 	_ = p.Cmd.Process.Signal(syscall.SIGCONT)
 	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.done:
-		p.done <- err
-	case <-time.After(20 * time.Second):
+	if exited, _ := p.done.wait(20 * time.Second); !exited {
 		p.Kill()
 	}
 }
