@@ -92,7 +92,7 @@ type Options struct {
 	// Leadership, with leader election, tells whether this process's term
 	// is certainly still its own (LeadershipLock.Current): the authority
 	// vouches for nothing outside it (a leader paused past its lease).
-	Leadership interface{ Current() bool }
+	Leadership lock.Leadership
 	// OnAuthority, when set, is given the lock authority (tests read its
 	// state: several managers in one process share the metrics registry).
 	OnAuthority func(*lock.Reconciler)
@@ -222,7 +222,7 @@ func vouchWhileActing(mgr ctrl.Manager, authority *lock.Reconciler) error {
 // with leader election only while its leadership is certain).
 type authorityViews struct {
 	r          *lock.Reconciler
-	leadership interface{ Current() bool }
+	leadership lock.Leadership
 }
 
 func (a authorityViews) FreshView(l types.NamespacedName) (int64, int64, bool) {

@@ -51,13 +51,13 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	}
 
 	lease := g.lease
-	if a.kind.writesLease() && r.leadership != nil && !r.leadership.Current() {
-		// This term is not certainly ours (a leader that resumed from a
-		// pause past its lease): decide again once it is, or never.
-		r.views.set(lock, View{})
-		return ctrl.Result{RequeueAfter: time.Second}, nil
-	}
 	if a.kind.writesLease() {
+		if r.leadership != nil && !r.leadership.Current() {
+			// This term is not certainly ours (a leader that resumed from a
+			// pause past its lease): decide again once it is, or never.
+			r.views.set(lock, View{})
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
 		if a.kind != actRepair {
 			// The holder changes: the webhook must not trust the old view
 			// (or a cache still showing it) once the write may have committed,

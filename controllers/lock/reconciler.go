@@ -51,8 +51,12 @@ type Options struct {
 	// is certainly still its own: no Lease is written outside it (a leader
 	// paused past its lease resumes deciding on caches from before the
 	// pause, while its successor already acts). nil: no leader election.
-	Leadership interface{ Current() bool }
+	Leadership Leadership
 }
+
+// Leadership tells whether this process's leader-election term is
+// certainly still its own (controllers.LeadershipLock).
+type Leadership interface{ Current() bool }
 
 // Reconciler is the lease authority for every lock: one reconcile per lock
 // (namespace + spec.lockName).
@@ -65,7 +69,7 @@ type Reconciler struct {
 	recorder       events.EventRecorder
 	foreignRecheck time.Duration
 	maxWaiters     int
-	leadership     interface{ Current() bool }
+	leadership     Leadership
 
 	clock  *renewClock
 	floors *epochFloors
