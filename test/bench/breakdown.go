@@ -43,9 +43,12 @@ type snapshot struct {
 	m   map[string]float64
 }
 
-// metricSums are the manager metrics a breakdown reads: name -> a label
-// that must match ("" for any sample).
-var metricSums = []struct{ key, name, label string }{
+// metricSum is a manager metric to sum under key: every sample of name
+// whose labels contain label ("" for any sample).
+type metricSum struct{ key, name, label string }
+
+// metricSums are the manager metrics a breakdown reads.
+var metricSums = []metricSum{
 	{"reconcile_sum", "controller_runtime_reconcile_time_seconds_sum", `controller="lock"`},
 	{"reconcile_count", "controller_runtime_reconcile_time_seconds_count", `controller="lock"`},
 	{"queue_sum", "workqueue_queue_duration_seconds_sum", `name="lock"`},
@@ -65,22 +68,34 @@ func (c *cluster) snapshot() snapshot {
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		s.cpu["bench client"] = float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 	}
-	if resp, err := http.Get("http://" + c.metrics + "/metrics"); err == nil {
-		b, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		for _, line := range strings.Split(string(b), "\n") {
-			for _, ms := range metricSums {
-				if strings.HasPrefix(line, ms.name+"{") && strings.Contains(line, ms.label) {
-					f := strings.Fields(line)
-					v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-					s.m[ms.key] += v
-				}
-			}
-		}
+	for k, v := range c.managerSums(metricSums) {
+		s.m[k] = v
 	}
 	all, mut := c.apiserverRequests()
 	s.m["apiserver_requests"], s.m["apiserver_mutations"] = all, mut
 	return s
+}
+
+// managerSums scrapes the manager's /metrics once and sums the samples of
+// each of sums under its key (nil when the metrics cannot be read).
+func (c *cluster) managerSums(sums []metricSum) map[string]float64 {
+	resp, err := http.Get("http://" + c.metrics + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, ms := range sums {
+			if strings.HasPrefix(line, ms.name+"{") && strings.Contains(line, ms.label) {
+				f := strings.Fields(line)
+				v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+				out[ms.key] += v
+			}
+		}
+	}
+	return out
 }
 
 // apiserverRequests sums apiserver_request_total: every request, and the

@@ -292,26 +292,11 @@ func (c *cluster) profile(kind string, seconds int, path string) error {
 // handlerTotals reads the manager's fencekeeper_admission_duration_seconds
 // histogram: the fencing handler's own time, summed over every request.
 func (c *cluster) handlerTotals() (sum, count float64) {
-	resp, err := http.Get("http://" + c.metrics + "/metrics")
-	if err != nil {
-		return 0, 0
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
-		}
-		v, _ := strconv.ParseFloat(f[1], 64)
-		switch {
-		case strings.HasPrefix(f[0], "fencekeeper_admission_duration_seconds_sum"):
-			sum += v
-		case strings.HasPrefix(f[0], "fencekeeper_admission_duration_seconds_count"):
-			count += v
-		}
-	}
-	return sum, count
+	m := c.managerSums([]metricSum{
+		{"sum", "fencekeeper_admission_duration_seconds_sum", ""},
+		{"count", "fencekeeper_admission_duration_seconds_count", ""},
+	})
+	return m["sum"], m["count"]
 }
 
 // handlerMeanMS is the webhook handler's mean time over the admission
