@@ -193,6 +193,13 @@ func (c *cluster) writes() (leases, claimStatus float64) {
 // eachRequestTotal calls f with the labels and value of every
 // apiserver_request_total sample; false when the metrics cannot be read.
 func (c *cluster) eachRequestTotal(f func(labels map[string]string, v float64)) bool {
+	return c.eachApiserverSample(map[string]func(map[string]string, float64){"apiserver_request_total": f})
+}
+
+// eachApiserverSample reads kube-apiserver's /metrics once and calls, for
+// every sample of a metric named in fs, that metric's function with the
+// sample's labels and value; false when the metrics cannot be read.
+func (c *cluster) eachApiserverSample(fs map[string]func(labels map[string]string, v float64)) bool {
 	resp, err := c.metricsC.Get(strings.TrimSuffix(c.admin.Host, "/") + "/metrics")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench: reading apiserver metrics:", err)
@@ -204,10 +211,12 @@ func (c *cluster) eachRequestTotal(f func(labels map[string]string, v float64)) 
 	}
 	b, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
+		name, rest, ok := strings.Cut(line, "{")
+		f := fs[name]
+		if !ok || f == nil {
 			continue
 		}
-		labels, val, _ := strings.Cut(line[len("apiserver_request_total{"):], "} ")
+		labels, val, _ := strings.Cut(rest, "} ")
 		v, _ := strconv.ParseFloat(val, 64)
 		f(parseLabels(labels), v)
 	}

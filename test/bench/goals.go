@@ -43,6 +43,17 @@ var goals = []goal{
 	handoffGoal("waiters_1"),
 	handoffGoal("waiters_10"),
 	handoffGoal("waiters_1000"),
+	{figure: "grant_lease_seen_ms p50 (a Lease watch sees the grant)", key: "grant_lease_seen_p50_over_floor_p50",
+		value: latOf(func(r report) latency { return r.GrantLeaseSeenMS }),
+		num:   p50(func(r report) latency { return r.GrantLeaseSeenMS }), den: p50(floorMS),
+		target: "(diagnostic: the grant goal's clock, stopped by a watch of the Lease)"},
+	leaseSeenGoal("waiters_1"),
+	leaseSeenGoal("waiters_1000"),
+	chainGoal("grant chain: server time of its requests (new lock)", "grant_chain_server_over_floor_server", "grant", grantChain),
+	chainGoal("grant chain without the revision read", "grant_chain_without_revision_read_over_floor_server", "grant", grantChain, revisionRead),
+	chainGoal("grant chain without the revision read and the status patch", "grant_chain_lease_only_over_floor_server", "grant", grantChain, revisionRead, statusPatch),
+	chainGoal("handoff chain: server time of its requests (1 waiter)", "handoff_chain_server_over_floor_server", "handoff_waiters_1", handoffChain),
+	chainGoal("handoff chain without the status patch", "handoff_chain_lease_only_over_floor_server", "handoff_waiters_1", handoffChain, statusPatch),
 	{figure: "etcd_mutex_handoff_ms", key: "handoff_p50_over_etcd_mutex_p50_waiters_1", value: latOf(etcdMutexMS),
 		num: p50(func(r report) latency { return r.HandoffMS["waiters_1"] }), den: p50(etcdMutexMS),
 		target: "(peer: fencekeeper's 1-waiter handoff p50 / etcd concurrency.Mutex p50)"},
@@ -128,6 +139,23 @@ func handoffGoal(w string) goal {
 		cmp: atMost, limit: 3, target: "p99 <= %gx floor p99"}
 }
 
+// leaseSeenGoal reports a handoff's clock stopped by a watch of the Lease
+// (no goal: holders learn of grants from their claims' status today).
+func leaseSeenGoal(w string) goal {
+	l := func(r report) latency { return r.HandoffLeaseSeenMS[w] }
+	return goal{figure: "handoff_lease_seen_ms " + w, key: "handoff_lease_seen_p99_over_floor_p99_" + w, value: latOf(l), num: p99(l), den: p99(floorMS),
+		target: "(diagnostic: the handoff goal's clock, stopped by a watch of the Lease)"}
+}
+
+// chainGoal reports a chain of requests' server time (requestcost.go) over
+// the floor request's; no goal, but the latency goals above it cannot be
+// lower than it.
+func chainGoal(figure, key, phase string, chain []string, skip ...string) goal {
+	return goal{figure: figure, key: key, value: chainText(phase, chain, skip...),
+		num: func(r report) float64 { return chainMS(r, phase, chain, skip...) }, den: floorServerMS,
+		target: "(diagnostic: over the floor request's server time; the requests alone, before any watch delivery)"}
+}
+
 // ratio is num/den, NaN when either is NaN or den is 0 (and when the row
 // has no ratio).
 func (g goal) ratio(r report) float64 {
@@ -183,11 +211,16 @@ func (g goal) goalText() string {
 	return fmt.Sprintf(g.target, g.bound())
 }
 
-// ratios writes every keyed goal's ratio into r.Ratios.
+// ratios writes every keyed goal's ratio into r.Ratios (0 when it has
+// none: JSON has no NaN).
 func ratios(r *report) {
 	for _, g := range goals {
 		if g.key != "" {
-			r.Ratios[g.key] = round2(g.ratio(*r))
+			x := g.ratio(*r)
+			if math.IsNaN(x) {
+				x = 0
+			}
+			r.Ratios[g.key] = round2(x)
 		}
 	}
 }

@@ -30,7 +30,13 @@ func okReport() report {
 		GuardedUpdateCELMS: l(5, 13), UnguardedUpdateCELMS: l(4, 10),
 		GuardedUpdateCELByBindings: map[string]latency{"bindings_10": l(5, 13), "bindings_1000": l(5, 13), "bindings_5000": l(5, 13)},
 		RSSMiB10k:                  150, RSSMiB50k: 600, ScaleCurve: []scalePoint{{Claims: 50000, Locks: 25000, RSSMiB: 600, Correct: true}}, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
-		Ratios: map[string]float64{},
+		Ratios:           map[string]float64{},
+		GrantLeaseSeenMS: l(4, 20), HandoffLeaseSeenMS: map[string]latency{"waiters_1": l(3, 20), "waiters_1000": l(3, 20)},
+		RequestCostMS: map[string]map[string]float64{
+			"floor":             {"PUT leases": 2},
+			"grant":             {"POST fencedleases": 4, "LIST leases": 60, "POST leases": 3, "PATCH fencedleases/status": 5, "POST events": 3},
+			"handoff_waiters_1": {"DELETE fencedleases": 4, "PUT leases": 2, "PATCH fencedleases/status": 5},
+		},
 	}
 }
 
@@ -99,8 +105,8 @@ func TestReportJSONKeys(t *testing.T) {
 		top = append(top, k)
 	}
 	sort.Strings(top)
-	wantTop := []string{"clientgo_graceful_handoff_ms", "clientgo_takeover_overshoot_ms", "current_staleness_window_ms", "election_takeover_overshoot_ms", "etcd_mutex_handoff_ms", "floor_ms", "floor_throughput_breakdown", "floor_updates_per_s", "graceful_handoff_ms", "grant_ms", "grants_per_s",
-		"guarded_update_cel_by_bindings_ms", "guarded_update_cel_ms", "guarded_update_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "rss_mib_10k", "rss_mib_50k", "scale_all_grants_correct",
+	wantTop := []string{"clientgo_graceful_handoff_ms", "clientgo_takeover_overshoot_ms", "current_staleness_window_ms", "election_takeover_overshoot_ms", "etcd_mutex_handoff_ms", "floor_ms", "floor_throughput_breakdown", "floor_updates_per_s", "graceful_handoff_ms", "grant_lease_seen_ms", "grant_ms", "grants_per_s",
+		"guarded_update_cel_by_bindings_ms", "guarded_update_cel_ms", "guarded_update_ms", "handoff_lease_seen_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "request_cost_ms", "rss_mib_10k", "rss_mib_50k", "scale_all_grants_correct",
 		"scale_claims", "scale_curve", "scale_locks", "stale_refused_after_release_ms", "takeover_overshoot_ms", "throughput_breakdown", "unguarded_update_cel_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
 		"writes_per_grant", "writes_per_handoff"}
 	if !slices.Equal(top, wantTop) {
@@ -215,5 +221,35 @@ func TestUnmeasuredGoalIsNotJudged(t *testing.T) {
 	printTable(&b, r)
 	if !strings.Contains(b.String(), "| rss_mib_50k | not measured") {
 		t.Fatalf("the table does not say rss_mib_50k was not measured:\n%s", b.String())
+	}
+}
+
+// The chains sum their own requests' server times (and nothing else the
+// phase served), over the floor request's; a request the phase did not
+// serve makes the chain unmeasured (0), never a smaller sum.
+func TestChains(t *testing.T) {
+	r := okReport()
+	for figure, want := range map[string]float64{
+		"grant chain: server time of its requests (new lock)":        (4 + 60 + 3 + 5) / 2.0,
+		"grant chain without the revision read":                      (4 + 3 + 5) / 2.0,
+		"handoff chain: server time of its requests (1 waiter)":      (4 + 2 + 5) / 2.0,
+		"grant chain without the revision read and the status patch": (4 + 3) / 2.0,
+		"handoff chain without the status patch":                     (4 + 2) / 2.0,
+	} {
+		if got := goalByFigure(t, figure).ratio(r); got != want {
+			t.Errorf("%s: ratio %v, want %v", figure, got, want)
+		}
+	}
+	if got, want := chainText("grant", grantChain, revisionRead)(r), "POST fencedleases 4.00 + POST leases 3.00 + PATCH fencedleases/status 5.00 = 12.00 ms vs the floor's PUT leases 2.00 ms"; got != want {
+		t.Errorf("chain text %q, want %q", got, want)
+	}
+	delete(r.RequestCostMS["handoff_waiters_1"], "PUT leases")
+	if got := chainMS(r, "handoff_waiters_1", handoffChain); got != 0 {
+		t.Errorf("a chain missing a request sums to %v, want 0 (unmeasured)", got)
+	}
+	delete(r.RequestCostMS, "floor")
+	ratios(&r)
+	if _, err := json.Marshal(r); err != nil {
+		t.Errorf("a report without the floor's request cost cannot be written: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -19,22 +20,23 @@ import (
 // rounds, to count writes around them only.
 var markHook func(before bool)
 
-func measureHandoffCounting(ctx context.Context, c client.WithWatch, waiters, rounds int, mark func(before bool)) (latency, error) {
+func measureHandoffCounting(ctx context.Context, c client.WithWatch, waiters, rounds int, mark func(before bool)) (held, named latency, err error) {
 	markHook = mark
 	defer func() { markHook = nil }()
 	return measureHandoff(ctx, c, waiters, rounds)
 }
 
-// handoff: holder deletes its claim -> the next waiter's watch sees Held,
-// with `waiters` claims queued; rounds handoffs in a row.
-func measureHandoff(ctx context.Context, c client.WithWatch, waiters, rounds int) (latency, error) {
+// handoff: holder deletes its claim -> the next waiter's watch sees Held
+// (held), and -> a watch of the Lease sees it name that waiter (named), with
+// `waiters` claims queued; rounds handoffs in a row.
+func measureHandoff(ctx context.Context, c client.WithWatch, waiters, rounds int) (held, named latency, err error) {
 	ns, err := newNS(ctx, c, fmt.Sprintf("handoff%d", waiters))
 	if err != nil {
-		return latency{}, err
+		return latency{}, latency{}, err
 	}
 	h, err := watchHeld(ctx, c, ns)
 	if err != nil {
-		return latency{}, err
+		return latency{}, latency{}, err
 	}
 	defer h.stop()
 	total := waiters + rounds
@@ -44,10 +46,10 @@ func measureHandoff(ctx context.Context, c client.WithWatch, waiters, rounds int
 	}
 	first := h.expect(names[0])
 	if err := c.Create(ctx, claim(ns, names[0], "lock", 3600)); err != nil {
-		return latency{}, err
+		return latency{}, latency{}, err
 	}
 	if _, err := wait(first, 30*time.Second); err != nil {
-		return latency{}, err
+		return latency{}, latency{}, err
 	}
 	// Queue in name order within one creationTimestamp second is FIFO by name.
 	g, gctx := errgroup.WithContext(ctx)
@@ -56,31 +58,29 @@ func measureHandoff(ctx context.Context, c client.WithWatch, waiters, rounds int
 		g.Go(func() error { return c.Create(gctx, claim(ns, names[i], "lock", 3600)) })
 	}
 	if err := g.Wait(); err != nil {
-		return latency{}, err
+		return latency{}, latency{}, err
 	}
 	// Measure handoffs with the queue in place: every waiter's Queued
 	// status written.
+	// The queue's order is read once, before the rounds: listing every
+	// claim in each round would load the apiserver (a 1,000-claim list is
+	// tens of ms of its CPU) right when the next handoff is timed.
+	var queue []string
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		var list fkv1.FencedLeaseList
 		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
-			return latency{}, err
+			return latency{}, latency{}, err
 		}
-		pending := 0
-		for _, it := range list.Items {
-			if it.Status.Phase == fkv1.PhasePending {
-				pending++
-			}
-		}
-		if pending == total {
+		if queue = pendingInOrder(list.Items); len(queue) == total {
 			break
 		}
 		if time.Now().After(deadline) {
-			return latency{}, fmt.Errorf("only %d of %d waiters queued after 5m", pending, total)
+			return latency{}, latency{}, fmt.Errorf("only %d of %d waiters queued after 5m", len(queue), total)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	var d []time.Duration
+	var d, dn []time.Duration
 	holder := names[0]
 	if markHook != nil {
 		markHook(true)
@@ -92,43 +92,46 @@ func measureHandoff(ctx context.Context, c client.WithWatch, waiters, rounds int
 		}
 	}()
 	for r := 0; r < rounds; r++ {
-		var list fkv1.FencedLeaseList
-		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
-			return latency{}, err
-		}
-		next := nextPending(list.Items)
-		if next == "" {
-			return latency{}, fmt.Errorf("no waiter left")
-		}
-		ch := h.expect(next)
+		// The FIFO head: a wrong guess times out below.
+		next := queue[r]
+		ch, chn := h.expect(next), h.expectNamed(next)
 		start := time.Now()
 		if err := c.Delete(ctx, claim(ns, holder, "lock", 300)); err != nil {
-			return latency{}, err
+			return latency{}, latency{}, err
 		}
 		t, err := wait(ch, 30*time.Second)
 		if err != nil {
-			return latency{}, fmt.Errorf("handoff to %s: %w", next, err)
+			return latency{}, latency{}, fmt.Errorf("handoff to %s: %w", next, err)
 		}
-		d = append(d, t.Sub(start))
+		tn, err := wait(chn, 30*time.Second)
+		if err != nil {
+			return latency{}, latency{}, fmt.Errorf("no Lease named %s: %w", next, err)
+		}
+		d, dn = append(d, t.Sub(start)), append(dn, tn.Sub(start))
 		holder = next
 	}
-	return summarize(d), nil
+	return summarize(d), summarize(dn), nil
 }
 
-func nextPending(items []fkv1.FencedLease) string {
-	var best *fkv1.FencedLease
+// pendingInOrder is the Pending claims in queue order: FIFO by
+// creationTimestamp, then by name.
+func pendingInOrder(items []fkv1.FencedLease) []string {
+	var pending []*fkv1.FencedLease
 	for i := range items {
-		it := &items[i]
-		if it.Status.Phase != fkv1.PhasePending {
-			continue
-		}
-		if best == nil || it.CreationTimestamp.Before(&best.CreationTimestamp) ||
-			(it.CreationTimestamp.Equal(&best.CreationTimestamp) && it.Name < best.Name) {
-			best = it
+		if items[i].Status.Phase == fkv1.PhasePending {
+			pending = append(pending, &items[i])
 		}
 	}
-	if best == nil {
-		return ""
+	sort.Slice(pending, func(i, j int) bool {
+		a, b := pending[i], pending[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Name < b.Name
+	})
+	names := make([]string, len(pending))
+	for i, p := range pending {
+		names[i] = p.Name
 	}
-	return best.Name
+	return names
 }

@@ -79,10 +79,11 @@ func run(quick bool, p params) error {
 	if err != nil {
 		return err
 	}
-	r := report{Quick: quick, HandoffMS: map[string]latency{}, Ratios: map[string]float64{}}
+	r := report{Quick: quick, HandoffMS: map[string]latency{}, Ratios: map[string]float64{}, RequestCostMS: map[string]map[string]float64{},
+		HandoffLeaseSeenMS: map[string]latency{}}
 
 	done = step("warm-up")
-	if _, err := measureGrant(ctx, c, 5); err != nil {
+	if _, _, err := measureGrant(ctx, c, 5); err != nil {
 		return err
 	}
 	if _, err := measureFloor(ctx, c, 20); err != nil {
@@ -91,14 +92,20 @@ func run(quick bool, p params) error {
 	done()
 
 	done = step("floor")
-	if r.FloorMS, err = measureFloor(ctx, c, p.floorN); err != nil {
+	if r.RequestCostMS["floor"], err = costAround(cl, func() (err error) {
+		r.FloorMS, err = measureFloor(ctx, c, p.floorN)
+		return err
+	}); err != nil {
 		return err
 	}
 	done()
 
 	done = step("grant")
 	w, err := writesAround(cl, func() (err error) {
-		r.GrantMS, err = measureGrant(ctx, c, p.grantN)
+		r.RequestCostMS["grant"], err = costAround(cl, func() (err error) {
+			r.GrantMS, r.GrantLeaseSeenMS, err = measureGrant(ctx, c, p.grantN)
+			return err
+		})
 		return err
 	})
 	if err != nil {
@@ -109,11 +116,17 @@ func run(quick bool, p params) error {
 
 	for _, waiters := range []int{1, 10, 1000} {
 		done = step(fmt.Sprintf("handoff with %d waiters", waiters))
-		lat, w, err := measureHandoffWrites(ctx, c, cl, waiters, p.handoffRounds)
+		profile := ""
+		if waiters == 1000 && os.Getenv("BENCH_HANDOFF_PROFILE") == "1" {
+			profile = ".bench/handoff-cpu.pprof"
+		}
+		lat, named, w, cost, err := measureHandoffWrites(ctx, c, cl, waiters, p.handoffRounds, profile)
 		if err != nil {
 			return err
 		}
 		r.HandoffMS[fmt.Sprintf("waiters_%d", waiters)] = lat
+		r.HandoffLeaseSeenMS[fmt.Sprintf("waiters_%d", waiters)] = named
+		r.RequestCostMS[fmt.Sprintf("handoff_waiters_%d", waiters)] = cost
 		if waiters == 1000 {
 			r.WritesPerHandoff = round2(w / float64(p.handoffRounds))
 		}

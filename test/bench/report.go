@@ -49,13 +49,24 @@ type report struct {
 	ScaleCorrect                bool               `json:"scale_all_grants_correct"`
 	RSSMiB50k                   float64            `json:"rss_mib_50k"`
 	ScaleCurve                  []scalePoint       `json:"scale_curve"`
-	Ratios                      map[string]float64 `json:"ratios"`
+	// RequestCostMS: per phase (floor, grant, handoff_waiters_N), each
+	// request kind's mean server time (requestcost.go).
+	RequestCostMS map[string]map[string]float64 `json:"request_cost_ms"`
+	// GrantLeaseSeenMS and HandoffLeaseSeenMS: the same clocks as GrantMS
+	// and HandoffMS, stopped when a watch of the Lease first sees it name the
+	// claim (what a holder learning of its grant from the Lease would see).
+	GrantLeaseSeenMS   latency            `json:"grant_lease_seen_ms"`
+	HandoffLeaseSeenMS map[string]latency `json:"handoff_lease_seen_ms"`
+	Ratios             map[string]float64 `json:"ratios"`
 }
 
 // writeReport fills in the ratios and writes .bench/report.json.
 func writeReport(r *report) error {
 	ratios(r)
-	b, _ := json.MarshalIndent(r, "", "  ")
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("writing .bench/report.json: %w", err)
+	}
 	return os.WriteFile(filepath.Join(".bench", "report.json"), b, 0o644)
 }
 

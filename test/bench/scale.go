@@ -109,7 +109,7 @@ func scaleCurve(ctx context.Context, c client.WithWatch, cl *cluster, targets []
 			return points, fmt.Errorf("scale curve at %d claims: %w", target, err)
 		}
 		elapsed := time.Since(start)
-		h, err := measureHandoff(ctx, c, 1, 10)
+		h, _, err := measureHandoff(ctx, c, 1, 10)
 		if err != nil {
 			return points, err
 		}

@@ -1,6 +1,6 @@
 // How every latency in the bench is timed: one watch per namespace
 // timestamps the first moment each claim is seen Held, which is what a
-// holder's own watch would see. Also the claim and namespace helpers the
+// holder's own watch would see (and another the moment a Lease names it). Also the claim and namespace helpers the
 // measurements share.
 package main
 
@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -18,58 +19,97 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
-// heldWatch timestamps, from one watch on a namespace, the first moment each
-// claim is seen Held: what a holder's own watch would see.
+// heldWatch timestamps, from one watch on a namespace's claims, the first
+// moment each claim is seen Held: what a holder's own watch would see. A
+// second watch, on the namespace's Leases, timestamps the first moment a
+// Lease names each claim as its holder: what a holder watching the Lease
+// would see (a diagnostic, DESIGN question 12).
 type heldWatch struct {
-	mu      sync.Mutex
-	held    map[string]time.Time
-	waiters map[string]chan time.Time
-	stop    func()
+	held, named *firstSeen
+	stop        func()
 }
 
 func watchHeld(ctx context.Context, c client.WithWatch, ns string) (*heldWatch, error) {
-	w, err := c.Watch(ctx, &fkv1.FencedLeaseList{}, client.InNamespace(ns))
+	claims, err := c.Watch(ctx, &fkv1.FencedLeaseList{}, client.InNamespace(ns))
 	if err != nil {
 		return nil, err
 	}
-	h := &heldWatch{held: map[string]time.Time{}, waiters: map[string]chan time.Time{}, stop: w.Stop}
+	leases, err := c.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(ns))
+	if err != nil {
+		claims.Stop()
+		return nil, err
+	}
+	h := &heldWatch{held: newFirstSeen(), named: newFirstSeen(), stop: func() { claims.Stop(); leases.Stop() }}
 	go func() {
-		for ev := range w.ResultChan() {
+		for ev := range claims.ResultChan() {
 			now := time.Now()
-			cl, ok := ev.Object.(*fkv1.FencedLease)
-			if !ok || cl.Status.Phase != fkv1.PhaseHeld {
-				continue
+			if cl, ok := ev.Object.(*fkv1.FencedLease); ok && cl.Status.Phase == fkv1.PhaseHeld {
+				h.held.mark(cl.Name, now)
 			}
-			h.mu.Lock()
-			if _, seen := h.held[cl.Name]; !seen {
-				h.held[cl.Name] = now
-				if ch, ok := h.waiters[cl.Name]; ok {
-					ch <- now
+		}
+	}()
+	go func() {
+		for ev := range leases.ResultChan() {
+			now := time.Now()
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok {
+				if holder := fkv1.ReadLedger(l, l.Name).HolderClaim; holder != "" {
+					h.named.mark(holder, now)
 				}
 			}
-			h.mu.Unlock()
 		}
 	}()
 	return h, nil
 }
 
-// expect registers interest in a claim before it can be granted.
-func (h *heldWatch) expect(name string) chan time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// expect registers interest in a claim before it can be granted: the
+// channel gets the moment it is first seen Held.
+func (h *heldWatch) expect(name string) chan time.Time { return h.held.expect(name) }
+
+// expectNamed is expect for the moment a Lease first names the claim.
+func (h *heldWatch) expectNamed(name string) chan time.Time { return h.named.expect(name) }
+
+func (h *heldWatch) countHeld() int { return h.held.count() }
+
+// firstSeen keeps the first moment each name was seen, and hands it to
+// whoever expects that name.
+type firstSeen struct {
+	mu      sync.Mutex
+	seen    map[string]time.Time
+	waiters map[string]chan time.Time
+}
+
+func newFirstSeen() *firstSeen {
+	return &firstSeen{seen: map[string]time.Time{}, waiters: map[string]chan time.Time{}}
+}
+
+func (f *firstSeen) mark(name string, t time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.seen[name]; ok {
+		return
+	}
+	f.seen[name] = t
+	if ch, ok := f.waiters[name]; ok {
+		ch <- t
+	}
+}
+
+func (f *firstSeen) expect(name string) chan time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	ch := make(chan time.Time, 1)
-	if t, ok := h.held[name]; ok {
+	if t, ok := f.seen[name]; ok {
 		ch <- t
 	} else {
-		h.waiters[name] = ch
+		f.waiters[name] = ch
 	}
 	return ch
 }
 
-func (h *heldWatch) countHeld() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.held)
+func (f *firstSeen) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.seen)
 }
 
 func wait(ch chan time.Time, d time.Duration) (time.Time, error) {

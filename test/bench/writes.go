@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,18 +27,31 @@ func writesAround(cl *cluster, f func() error) (float64, error) {
 }
 
 // measureHandoffWrites is measureHandoff, also returning the writes counted
-// around the handoff rounds only (not while the queue is built).
-func measureHandoffWrites(ctx context.Context, c client.WithWatch, cl *cluster, waiters, rounds int) (latency, float64, error) {
+// and the request costs (requestcost.go) around the handoff rounds only (not
+// while the queue is built).
+// With profilePath set, the manager's CPU is profiled for 3 s from the
+// first round on, into that file.
+func measureHandoffWrites(ctx context.Context, c client.WithWatch, cl *cluster, waiters, rounds int, profilePath string) (held, named latency, writes float64, cost map[string]float64, err error) {
 	var before, after [2]float64
-	lat, err := measureHandoffCounting(ctx, c, waiters, rounds, func(b bool) {
+	var timesBefore, timesAfter requestTimes
+	profiled := make(chan error, 1)
+	held, named, err = measureHandoffCounting(ctx, c, waiters, rounds, func(b bool) {
 		l, s := cl.writes()
 		if b {
-			before = [2]float64{l, s}
+			before, timesBefore = [2]float64{l, s}, cl.requestTimes()
+			if profilePath != "" {
+				go func() { profiled <- cl.profile("profile", 3, profilePath) }()
+			}
 		} else {
-			after = [2]float64{l, s}
+			after, timesAfter = [2]float64{l, s}, cl.requestTimes()
 		}
 	})
-	return lat, after[0] - before[0] + after[1] - before[1], err
+	if profilePath != "" && timesBefore != nil {
+		if perr := <-profiled; perr != nil {
+			fmt.Fprintln(os.Stderr, "bench: handoff CPU profile:", perr)
+		}
+	}
+	return held, named, after[0] - before[0] + after[1] - before[1], requestCostMS(timesBefore, timesAfter), err
 }
 
 // measureNoopResync waits for the manager to settle, then counts its writes
