@@ -289,6 +289,9 @@ func (r *Reconciler) syncStatuses(ctx context.Context, claims []*fkv1.FencedLeas
 		if equality.Semantic.DeepEqual(want, c.Status) {
 			continue
 		}
+		// c may share its maps and slices with the cache (listClaims): the
+		// reply is decoded into a copy of its own.
+		*c = *c.DeepCopy()
 		orig := c.DeepCopy()
 		c.Status = want
 		if err := r.client.Status().Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {

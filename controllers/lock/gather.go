@@ -205,8 +205,13 @@ func (r *Reconciler) expectedLeaseExists(ctx context.Context, lock types.Namespa
 
 func (r *Reconciler) listClaims(ctx context.Context, lock types.NamespacedName) ([]*fkv1.FencedLease, error) {
 	var list fkv1.FencedLeaseList
+	// Shallow copies of the cache's objects, sharing their maps, slices and
+	// pointers: deep-copying every claim of a long queue in every reconcile
+	// was a third of the lock controller's CPU in a handoff with 1,000
+	// waiters. Nothing here writes into what they share; syncStatuses gives
+	// a claim its own copy before a reply is decoded into it.
 	if err := r.client.List(ctx, &list, client.InNamespace(lock.Namespace),
-		client.MatchingFields{IndexLockName: lock.Name}); err != nil {
+		client.MatchingFields{IndexLockName: lock.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing claims of lock %s: %w", lock, err)
 	}
 	claims := make([]*fkv1.FencedLease, 0, len(list.Items))
