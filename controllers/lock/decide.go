@@ -23,7 +23,9 @@ type snapshot struct {
 	hasLease, leaseDeleting bool
 	// foreign explains a same-named Lease fencekeeper does not manage ("" when none).
 	foreign string
-	// claims of this lock that exist and are not being deleted.
+	// claims of this lock that exist and are not being deleted. Their maps,
+	// slices and pointers are the informer cache's (listClaims): never write
+	// into them, nor decode a reply into a claim that has no copy of its own.
 	claims []*fkv1.FencedLease
 	// holderPod is the liveness of the pod the holder claim was made for
 	// (pods.NotAPod for a claim that renews the Lease itself).

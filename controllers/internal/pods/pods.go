@@ -16,7 +16,8 @@ import (
 )
 
 // OwnerRef returns the controller reference to the pod a claim was made for
-// (nil if the claim is not a pod's).
+// (nil if the claim is not a pod's). It points into the claim's own slice,
+// which the lock controller shares with the informer cache: read it only.
 func OwnerRef(c *fkv1.FencedLease) *metav1.OwnerReference {
 	for i, o := range c.OwnerReferences {
 		if o.Kind == "Pod" && o.APIVersion == "v1" && o.Controller != nil && *o.Controller {
