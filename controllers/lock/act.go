@@ -7,7 +7,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -286,7 +285,7 @@ func ownersOf(claims []*fkv1.FencedLease, led fkv1.Ledger) []*fkv1.FencedLease {
 func (r *Reconciler) syncStatuses(ctx context.Context, claims []*fkv1.FencedLease, in statusInputs) error {
 	for _, c := range claims {
 		want, transition := desiredStatus(c, in)
-		if equality.Semantic.DeepEqual(want, c.Status) {
+		if statusEqual(want, c.Status) {
 			continue
 		}
 		// c may share its maps and slices with the cache (listClaims): the

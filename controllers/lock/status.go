@@ -131,3 +131,39 @@ func microToTime(t *metav1.MicroTime) *metav1.Time {
 	out := metav1.NewTime(t.Truncate(time.Second))
 	return &out
 }
+
+// statusEqual is equality.Semantic.DeepEqual for claim statuses, without
+// reflection: every reconcile compares the status of every claim of the
+// lock, before the holder's own is written, and with 1,000 waiters the
+// reflective comparison took 5 ms of it. TestStatusEqual holds it to the
+// semantic comparison, and fails when the status gains a field.
+func statusEqual(a, b fkv1.FencedLeaseStatus) bool {
+	return a.Phase == b.Phase && a.Epoch == b.Epoch && a.LeaseName == b.LeaseName &&
+		timeEqual(a.AcquireTime, b.AcquireTime) && timeEqual(a.RenewTime, b.RenewTime) &&
+		timeEqual(a.ExpireTime, b.ExpireTime) && a.ObservedGeneration == b.ObservedGeneration &&
+		conditionsEqual(a.Conditions, b.Conditions)
+}
+
+// timeEqual: both unset, or both set to the same instant (the semantic
+// comparison of metav1.Time).
+func timeEqual(a, b *metav1.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(b)
+}
+
+// conditionsEqual compares in order; nil and empty are equal.
+func conditionsEqual(a, b []metav1.Condition) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := &a[i], &b[i]
+		if x.Type != y.Type || x.Status != y.Status || x.ObservedGeneration != y.ObservedGeneration ||
+			!x.LastTransitionTime.Equal(&y.LastTransitionTime) || x.Reason != y.Reason || x.Message != y.Message {
+			return false
+		}
+	}
+	return true
+}
