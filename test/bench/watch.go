@@ -1,7 +1,7 @@
 // How every latency in the bench is timed: one watch per namespace
 // timestamps the first moment each claim is seen Held, which is what a
-// holder's own watch would see (and another the moment a Lease names it). Also the claim and namespace helpers the
-// measurements share.
+// holder's own watch would see (and another the moment a Lease names it).
+// Also the claim and namespace helpers the measurements share.
 package main
 
 import (
