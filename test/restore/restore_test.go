@@ -23,6 +23,7 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -87,6 +88,17 @@ func restoreAndGrant(t *testing.T, bump bool) (int64, int64) {
 	snap := filepath.Join(dir, "snapshot.db")
 	saveSnapshot(t, env.ControlPlane.Etcd.URL.String(), snap)
 
+	// Writes the restore undoes, before the lock's first grant: its ledger
+	// then starts at least this far above the snapshot's revision, more
+	// than the restarted apiserver and manager write before the control's
+	// grant (without them the control failed once on a slow machine: the
+	// restart's own writes took the revision past the old epochs).
+	for i := 0; i < 300; i++ {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("undone-%d", i)}}
+		if err := c.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var last int64
 	for i := 1; i <= 5; i++ {
 		last = grant(t, c, ns, "report-2026-07", fmt.Sprintf("w%d", i))
