@@ -6,10 +6,8 @@
 package main
 
 import (
-	"bytes"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -114,16 +112,13 @@ func (c *cluster) apiserverRequests() (all, mutating float64) {
 // procCPUSeconds is a process's user + system CPU time (clock ticks of
 // 1/100 s, as Linux reports them to user space).
 func procCPUSeconds(pid int) float64 {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	p, ok := envtestutil.ReadProc(pid)
+	if !ok || len(p.Fields) < 13 {
 		return 0
 	}
-	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
+	// utime and stime: proc(5) fields 14 and 15.
+	ut, _ := strconv.ParseFloat(p.Fields[11], 64)
+	st, _ := strconv.ParseFloat(p.Fields[12], 64)
 	return (ut + st) / 100
 }
 

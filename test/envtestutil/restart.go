@@ -47,33 +47,19 @@ func (p *ControlPlaneProcess) Pid() int {
 // FindControlPlaneProcess finds the child process of this test process whose
 // executable is named name ("etcd", "kube-apiserver").
 func FindControlPlaneProcess(name string, out io.Writer) (*ControlPlaneProcess, error) {
-	entries, err := os.ReadDir("/proc")
+	self := os.Getpid()
+	children, err := Children(self)
 	if err != nil {
 		return nil, err
 	}
-	self := os.Getpid()
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		rest := stat[bytes.LastIndexByte(stat, ')')+2:]
-		fields := strings.Fields(string(rest))
-		if len(fields) < 2 || fields[1] != strconv.Itoa(self) {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+	for _, c := range children {
+		raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(c.Pid), "cmdline"))
 		if err != nil {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
 		if filepath.Base(args[0]) == name {
-			return &ControlPlaneProcess{Name: name, pid: pid, args: args, out: out}, nil
+			return &ControlPlaneProcess{Name: name, pid: c.Pid, args: args, out: out}, nil
 		}
 	}
 	return nil, fmt.Errorf("no %s child process of pid %d", name, self)
@@ -172,8 +158,7 @@ func (p *ControlPlaneProcess) kill() {
 	}
 	// envtest's own child: envtest reaps it; wait until it is gone.
 	for i := 0; i < 500; i++ {
-		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.pid), "stat"))
-		if err != nil || bytes.Contains(stat, []byte(") Z ")) {
+		if st, ok := ReadProc(p.pid); !ok || st.Zombie() {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -1,0 +1,71 @@
+package envtestutil
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Proc is what /proc/PID/stat says of a process.
+type Proc struct {
+	Pid   int
+	Comm  string // the executable's name, cut to 15 bytes by the kernel
+	State string // "R", "S", "Z", ...
+	Ppid  int
+	// Fields are stat's fields from the state on (Fields[0] is State;
+	// proc(5) numbers them from 3).
+	Fields []string
+}
+
+// Zombie: the process has exited and waits for its parent to reap it.
+func (p Proc) Zombie() bool { return p.State == "Z" }
+
+// ReadProc reads /proc/PID/stat; ok is false when there is no such process.
+func ReadProc(pid int) (p Proc, ok bool) {
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return Proc{}, false
+	}
+	// "PID (COMM) STATE PPID ...": COMM may itself hold spaces and ")".
+	open, closing := bytes.IndexByte(raw, '('), bytes.LastIndexByte(raw, ')')
+	if open < 0 || closing < open {
+		return Proc{}, false
+	}
+	f := strings.Fields(string(raw[closing+1:]))
+	if len(f) < 2 {
+		return Proc{}, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return Proc{}, false
+	}
+	return Proc{Pid: pid, Comm: string(raw[open+1 : closing]), State: f[0], Ppid: ppid, Fields: f}, true
+}
+
+// Running: pid is still the process p (same executable name) and has not
+// exited. A pid reused since by another command is not p.
+func (p Proc) Running() bool {
+	now, ok := ReadProc(p.Pid)
+	return ok && now.Comm == p.Comm && !now.Zombie()
+}
+
+// Children lists the processes whose parent is ppid, zombies left out.
+func Children(ppid int) ([]Proc, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []Proc
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, ok := ReadProc(pid); ok && p.Ppid == ppid && !p.Zombie() {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
