@@ -16,7 +16,17 @@ if kill -0 "${pid}" 2>/dev/null; then
 		sleep 0.5
 	done
 fi
-# Whatever is left of the process group (etcd, kube-apiserver, manager).
+# Whatever is left of the process group (the manager, kube-controller-manager, kwok).
 kill -KILL -- "-${pid}" 2>/dev/null || true
-rm -f "${pidfile}" "${DEV}/ready"
+# etcd and kube-apiserver run in process groups of their own (envtest's):
+# devcluster stops them itself, unless it was killed first. Each is listed
+# as "PID COMM" and killed only while that pid still runs that command.
+if [[ -f "${DEV}/children" ]]; then
+	while read -r cpid comm; do
+		if [[ -n "${cpid}" && "$(cat "/proc/${cpid}/comm" 2>/dev/null)" == "${comm}" ]]; then
+			kill -KILL "${cpid}" 2>/dev/null || true
+		fi
+	done <"${DEV}/children"
+fi
+rm -f "${pidfile}" "${DEV}/ready" "${DEV}/children"
 echo "dev-down: stopped"

@@ -101,6 +101,12 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
+	// envtest starts etcd and kube-apiserver in process groups of their
+	// own, without a parent-death signal: if this process is killed before
+	// it can stop them, dev-down finds them in this file.
+	if err := recordChildren(filepath.Join(dir, "children")); err != nil {
+		fmt.Fprintf(os.Stderr, "devcluster: recording etcd's and kube-apiserver's pids for dev-down: %v\n", err)
+	}
 	defer func() {
 		fmt.Println(">> stopping the control plane")
 		if err := env.Stop(); err != nil {
@@ -172,6 +178,11 @@ func run(o options) error {
 		fmt.Printf(">> manager running (pid %d; metrics http://%s/metrics)\n", cmd.Process.Pid, o.metricsAddr)
 	}
 
+	// Again, with the manager (and kube-controller-manager and kwok): they
+	// die with this process, but dev-down need not rely on it.
+	if err := recordChildren(filepath.Join(dir, "children")); err != nil {
+		fmt.Fprintf(os.Stderr, "devcluster: recording the pids of its processes for dev-down: %v\n", err)
+	}
 	if err := os.WriteFile(ready, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return err
 	}
@@ -295,4 +306,19 @@ func envInt(k string, def int) int {
 		return v
 	}
 	return def
+}
+
+// recordChildren writes "PID COMM" for each of this process's children to
+// path, for hack/dev-down.sh: it kills a listed pid only while its comm
+// still matches, so a pid reused since is left alone.
+func recordChildren(path string) error {
+	children, err := envtestutil.Children(os.Getpid())
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	for _, c := range children {
+		fmt.Fprintf(&b, "%d %s\n", c.Pid, c.Comm)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
