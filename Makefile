@@ -178,6 +178,7 @@ help: ## Show the targets by section, then the variables you can set.
 	@echo "  TEST_TIMEOUT             go test -timeout per package (now: $(TEST_TIMEOUT))"
 	@echo "  BENCH_QUICK=1            make bench: smaller samples, about 2 minutes"
 	@echo "  BENCH_GOMEMLIMIT         make bench: GOMEMLIMIT of the manager under test (default 128MiB, the chart's)"
+	@echo "  BENCH_ONLY=takeover,...  make bench: run only these steps (and the floor); judges no goal. Steps: grant handoff etcd-mutex resync takeover graceful throughput admission cel staleness scale"
 	@echo "  BENCH_SCALE_CURVE=1      make bench: also the scale curve to 50,000 claims (rss_mib_50k, scale_curve; 15 minutes or more)"
 	@echo "  APISERVER_PORT           run, dev-up: kube-apiserver port on 127.0.0.1 (default 16443)"
 	@echo "  MANAGER_METRICS_ADDRESS  run, dev-up: manager metrics address (default 127.0.0.1:18080)"

@@ -253,3 +253,37 @@ func TestChains(t *testing.T) {
 		t.Errorf("a report without the floor's request cost cannot be written: %v", err)
 	}
 }
+
+// BENCH_ONLY takes known step names only, and a partial run's table judges
+// nothing: the steps it skipped leave zeros that would read as met or not.
+func TestPartialRun(t *testing.T) {
+	only, err := parseOnly(" takeover,graceful ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !only.want("takeover") || !only.want("graceful") || only.want("grant") {
+		t.Errorf("want: takeover %v graceful %v grant %v", only.want("takeover"), only.want("graceful"), only.want("grant"))
+	}
+	if got := only.names(); !slices.Equal(got, []string{"takeover", "graceful"}) {
+		t.Errorf("names %v", got)
+	}
+	if all, err := parseOnly(""); err != nil || !all.want("scale") || all.names() != nil {
+		t.Errorf("empty BENCH_ONLY: %v %v %v", all, err, all.names())
+	}
+	if _, err := parseOnly("takeover,takover"); err == nil || !strings.Contains(err.Error(), `unknown step "takover"`) {
+		t.Errorf("a misspelt step: %v", err)
+	}
+	r := okReport()
+	r.Only = only.names()
+	r.GrantMS = latency{}
+	var b bytes.Buffer
+	printTable(&b, r)
+	if !strings.Contains(b.String(), "Partial run (BENCH_ONLY): the floor and takeover, graceful only.") {
+		t.Errorf("the table does not say the run was partial:\n%s", b.String())
+	}
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.HasSuffix(line, "| yes |") || strings.HasSuffix(line, "| NO |") {
+			t.Errorf("a partial run judged a goal: %s", line)
+		}
+	}
+}

@@ -44,7 +44,12 @@ func main() {
 	if quick {
 		p = quickParams
 	}
-	if err := run(quick, p); err != nil {
+	only, err := parseOnly(os.Getenv("BENCH_ONLY"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if err := run(quick, p, only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -56,7 +61,7 @@ func step(name string) func() {
 	return func() { fmt.Fprintf(os.Stderr, " %.1fs\n", time.Since(start).Seconds()) }
 }
 
-func run(quick bool, p params) error {
+func run(quick bool, p params, only steps) error {
 	ctx := context.Background()
 	const syncPeriod = 10 * time.Second
 	done := step("starting etcd, kube-apiserver and bin/manager")
@@ -79,7 +84,7 @@ func run(quick bool, p params) error {
 	if err != nil {
 		return err
 	}
-	r := report{Quick: quick, HandoffMS: map[string]latency{}, Ratios: map[string]float64{}, RequestCostMS: map[string]map[string]float64{},
+	r := report{Quick: quick, Only: only.names(), HandoffMS: map[string]latency{}, Ratios: map[string]float64{}, RequestCostMS: map[string]map[string]float64{},
 		HandoffLeaseSeenMS: map[string]latency{}}
 
 	done = step("warm-up")
@@ -100,145 +105,169 @@ func run(quick bool, p params) error {
 	}
 	done()
 
-	done = step("grant")
-	w, err := writesAround(cl, func() (err error) {
-		r.RequestCostMS["grant"], err = costAround(cl, func() (err error) {
-			r.GrantMS, r.GrantLeaseSeenMS, err = measureGrant(ctx, c, p.grantN)
+	if only.want("grant") {
+		done = step("grant")
+		w, err := writesAround(cl, func() (err error) {
+			r.RequestCostMS["grant"], err = costAround(cl, func() (err error) {
+				r.GrantMS, r.GrantLeaseSeenMS, err = measureGrant(ctx, c, p.grantN)
+				return err
+			})
 			return err
 		})
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	r.WritesPerGrant = round2(w / float64(p.grantN))
-	done()
-
-	for _, waiters := range []int{1, 10, 1000} {
-		done = step(fmt.Sprintf("handoff with %d waiters", waiters))
-		profile := ""
-		if waiters == 1000 && os.Getenv("BENCH_HANDOFF_PROFILE") == "1" {
-			profile = ".bench/handoff-cpu.pprof"
-		}
-		lat, named, w, cost, err := measureHandoffWrites(ctx, c, cl, waiters, p.handoffRounds, profile)
 		if err != nil {
 			return err
 		}
-		r.HandoffMS[fmt.Sprintf("waiters_%d", waiters)] = lat
-		r.HandoffLeaseSeenMS[fmt.Sprintf("waiters_%d", waiters)] = named
-		r.RequestCostMS[fmt.Sprintf("handoff_waiters_%d", waiters)] = cost
-		if waiters == 1000 {
-			r.WritesPerHandoff = round2(w / float64(p.handoffRounds))
-		}
+		r.WritesPerGrant = round2(w / float64(p.grantN))
 		done()
 	}
 
-	done = step("handoff on etcd's concurrency.Mutex (the peer), same etcd")
-	if r.EtcdMutexHandoffMS, err = measureEtcdMutexHandoff(ctx, cl.env.ControlPlane.Etcd.URL.String(), p.handoffRounds); err != nil {
-		return err
+	if only.want("handoff") {
+		for _, waiters := range []int{1, 10, 1000} {
+			done = step(fmt.Sprintf("handoff with %d waiters", waiters))
+			profile := ""
+			if waiters == 1000 && os.Getenv("BENCH_HANDOFF_PROFILE") == "1" {
+				profile = ".bench/handoff-cpu.pprof"
+			}
+			lat, named, w, cost, err := measureHandoffWrites(ctx, c, cl, waiters, p.handoffRounds, profile)
+			if err != nil {
+				return err
+			}
+			r.HandoffMS[fmt.Sprintf("waiters_%d", waiters)] = lat
+			r.HandoffLeaseSeenMS[fmt.Sprintf("waiters_%d", waiters)] = named
+			r.RequestCostMS[fmt.Sprintf("handoff_waiters_%d", waiters)] = cost
+			if waiters == 1000 {
+				r.WritesPerHandoff = round2(w / float64(p.handoffRounds))
+			}
+			done()
+		}
 	}
-	done()
 
-	done = step(fmt.Sprintf("no-op resync (%v sync period)", syncPeriod))
-	if r.NoopResyncWrites, err = measureNoopResync(cl, syncPeriod); err != nil {
-		return err
-	}
-	done()
-
-	done = step("takeover (fencekeeper and client-go leader election)")
-	if r.TakeoverOvershootMS, err = measureTakeover(ctx, c, p.takeoverRuns, p.ttl); err != nil {
-		return err
-	}
-	if r.ClientgoTakeoverOvershootMS, err = measureClientGoTakeover(ctx, cl.admin, p.takeoverRuns, p.ttl); err != nil {
-		return err
-	}
-	if r.ElectionTakeoverOvershootMS, err = measureElectionTakeover(ctx, cl.admin, p.takeoverRuns, p.ttl); err != nil {
-		return err
-	}
-	done()
-
-	done = step(fmt.Sprintf("graceful handoff (fenced election and client-go ReleaseOnCancel, TTL %v)", gracefulTTL))
-	if r.GracefulHandoffMS, r.ClientgoGracefulHandoffMS, err = gracefulHandoffs(ctx, cl.admin, p.takeoverRuns); err != nil {
-		return err
-	}
-	done()
-
-	done = step("throughput")
-	before := cl.snapshot()
-	apiserverProfile := cl.apiserverProfile(ctx, os.Getenv("BENCH_APISERVER_PROFILE") == "1", ".bench/apiserver-cpu.pprof")
-	if r.GrantsPerS, err = grantThroughput(ctx, c, p.throughputLocks, 16); err != nil {
-		return err
-	}
-	if err := apiserverProfile(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: kube-apiserver CPU profile:", err)
-	}
-	r.ThroughputBreakdown = since(before, cl.snapshot(), cl.lockWorkers)
-	before = cl.snapshot()
-	if r.FloorUpdatesPerS, err = floorThroughput(ctx, c, p.throughputLocks, 16); err != nil {
-		return err
-	}
-	r.FloorThroughputBreakdown = since(before, cl.snapshot(), cl.lockWorkers)
-	done()
-
-	done = step("admission cost")
-	handlerMS, err := cl.handlerMeanMS(func() (err error) {
-		r.GuardedUpdateMS, r.UnguardedUpdateMS, err = guardedVsUnguarded(ctx, c, p.guardedN)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	r.WebhookHandlerMeanMS = round2(handlerMS)
-	done()
-
-	counts := []int{10, 1000, 5000}
-	if quick {
-		counts = []int{10, 1000}
-	}
-	done = step(fmt.Sprintf("admission cost in CEL mode (a second control plane; then %v locks bound)", counts))
-	if r.GuardedUpdateCELMS, r.UnguardedUpdateCELMS, r.GuardedUpdateCELByBindings, err = celAdmission(ctx, p.guardedN, counts); err != nil {
-		return err
-	}
-	done()
-
-	done = step("current staleness window: the old holder's epoch after a handoff")
-	if r.StaleRefusedAfterReleaseMS, r.CurrentStalenessWindowMS, err = measureStaleness(ctx, c, p.grantN); err != nil {
-		return err
-	}
-	done()
-
-	done = step(fmt.Sprintf("scale: %d claims over %d locks (CPU profile during it)", p.scaleClaims, p.scaleLocks))
-	_ = os.MkdirAll(".bench", 0o755)
-	profDone := make(chan error, 1)
-	go func() { profDone <- cl.profile("profile", 10, ".bench/cpu.pprof") }()
-	var detail string
-	r.RSSMiB10k, r.ScaleCorrect, detail, err = scale(ctx, c, cl, p.scaleClaims, p.scaleLocks, 32)
-	if err != nil {
-		return err
-	}
-	r.ScaleClaims, r.ScaleLocks = p.scaleClaims, p.scaleLocks
-	if err := <-profDone; err != nil {
-		fmt.Fprintln(os.Stderr, "bench: CPU profile:", err)
-	}
-	_ = cl.profile("heap", 0, ".bench/heap.pprof")
-	done()
-	fmt.Fprintln(os.Stderr, "   ", detail)
-
-	if os.Getenv("BENCH_SCALE_CURVE") == "1" {
-		done = step("scale curve: 1k, 5k, 10k, 25k, 50k claims (two per lock)")
-		if r.ScaleCurve, err = scaleCurve(ctx, c, cl, []int{1000, 5000, 10000, 25000, 50000}); err != nil {
+	if only.want("etcd-mutex") {
+		done = step("handoff on etcd's concurrency.Mutex (the peer), same etcd")
+		if r.EtcdMutexHandoffMS, err = measureEtcdMutexHandoff(ctx, cl.env.ControlPlane.Etcd.URL.String(), p.handoffRounds); err != nil {
 			return err
 		}
-		if n := len(r.ScaleCurve); n > 0 && r.ScaleCurve[n-1].Claims >= 50000 && r.ScaleCurve[n-1].Correct {
-			r.RSSMiB50k = r.ScaleCurve[n-1].RSSMiB
+		done()
+	}
+
+	if only.want("resync") {
+		done = step(fmt.Sprintf("no-op resync (%v sync period)", syncPeriod))
+		if r.NoopResyncWrites, err = measureNoopResync(cl, syncPeriod); err != nil {
+			return err
 		}
 		done()
+	}
+
+	if only.want("takeover") {
+		done = step("takeover (fencekeeper and client-go leader election)")
+		if r.TakeoverOvershootMS, err = measureTakeover(ctx, c, p.takeoverRuns, p.ttl); err != nil {
+			return err
+		}
+		if r.ClientgoTakeoverOvershootMS, err = measureClientGoTakeover(ctx, cl.admin, p.takeoverRuns, p.ttl); err != nil {
+			return err
+		}
+		if r.ElectionTakeoverOvershootMS, err = measureElectionTakeover(ctx, cl.admin, p.takeoverRuns, p.ttl); err != nil {
+			return err
+		}
+		done()
+	}
+
+	if only.want("graceful") {
+		done = step(fmt.Sprintf("graceful handoff (fenced election and client-go ReleaseOnCancel, TTL %v)", gracefulTTL))
+		if r.GracefulHandoffMS, r.ClientgoGracefulHandoffMS, err = gracefulHandoffs(ctx, cl.admin, p.takeoverRuns); err != nil {
+			return err
+		}
+		done()
+	}
+
+	if only.want("throughput") {
+		done = step("throughput")
+		before := cl.snapshot()
+		apiserverProfile := cl.apiserverProfile(ctx, os.Getenv("BENCH_APISERVER_PROFILE") == "1", ".bench/apiserver-cpu.pprof")
+		if r.GrantsPerS, err = grantThroughput(ctx, c, p.throughputLocks, 16); err != nil {
+			return err
+		}
+		if err := apiserverProfile(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: kube-apiserver CPU profile:", err)
+		}
+		r.ThroughputBreakdown = since(before, cl.snapshot(), cl.lockWorkers)
+		before = cl.snapshot()
+		if r.FloorUpdatesPerS, err = floorThroughput(ctx, c, p.throughputLocks, 16); err != nil {
+			return err
+		}
+		r.FloorThroughputBreakdown = since(before, cl.snapshot(), cl.lockWorkers)
+		done()
+	}
+
+	if only.want("admission") {
+		done = step("admission cost")
+		handlerMS, err := cl.handlerMeanMS(func() (err error) {
+			r.GuardedUpdateMS, r.UnguardedUpdateMS, err = guardedVsUnguarded(ctx, c, p.guardedN)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		r.WebhookHandlerMeanMS = round2(handlerMS)
+		done()
+	}
+
+	if only.want("cel") {
+		counts := []int{10, 1000, 5000}
+		if quick {
+			counts = []int{10, 1000}
+		}
+		done = step(fmt.Sprintf("admission cost in CEL mode (a second control plane; then %v locks bound)", counts))
+		if r.GuardedUpdateCELMS, r.UnguardedUpdateCELMS, r.GuardedUpdateCELByBindings, err = celAdmission(ctx, p.guardedN, counts); err != nil {
+			return err
+		}
+		done()
+	}
+
+	if only.want("staleness") {
+		done = step("current staleness window: the old holder's epoch after a handoff")
+		if r.StaleRefusedAfterReleaseMS, r.CurrentStalenessWindowMS, err = measureStaleness(ctx, c, p.grantN); err != nil {
+			return err
+		}
+		done()
+	}
+
+	if only.want("scale") {
+		done = step(fmt.Sprintf("scale: %d claims over %d locks (CPU profile during it)", p.scaleClaims, p.scaleLocks))
+		_ = os.MkdirAll(".bench", 0o755)
+		profDone := make(chan error, 1)
+		go func() { profDone <- cl.profile("profile", 10, ".bench/cpu.pprof") }()
+		var detail string
+		r.RSSMiB10k, r.ScaleCorrect, detail, err = scale(ctx, c, cl, p.scaleClaims, p.scaleLocks, 32)
+		if err != nil {
+			return err
+		}
+		r.ScaleClaims, r.ScaleLocks = p.scaleClaims, p.scaleLocks
+		if err := <-profDone; err != nil {
+			fmt.Fprintln(os.Stderr, "bench: CPU profile:", err)
+		}
+		_ = cl.profile("heap", 0, ".bench/heap.pprof")
+		done()
+		fmt.Fprintln(os.Stderr, "   ", detail)
+
+		if os.Getenv("BENCH_SCALE_CURVE") == "1" {
+			done = step("scale curve: 1k, 5k, 10k, 25k, 50k claims (two per lock)")
+			if r.ScaleCurve, err = scaleCurve(ctx, c, cl, []int{1000, 5000, 10000, 25000, 50000}); err != nil {
+				return err
+			}
+			if n := len(r.ScaleCurve); n > 0 && r.ScaleCurve[n-1].Claims >= 50000 && r.ScaleCurve[n-1].Correct {
+				r.RSSMiB50k = r.ScaleCurve[n-1].RSSMiB
+			}
+			done()
+		}
 	}
 
 	if err := writeReport(&r); err != nil {
 		return err
 	}
 	printTable(os.Stdout, r)
-	printProfiles()
+	if only.want("scale") {
+		printProfiles()
+	}
 	return nil
 }
