@@ -289,11 +289,12 @@ func (r *Reconciler) syncStatuses(ctx context.Context, claims []*fkv1.FencedLeas
 			continue
 		}
 		// c may share its maps and slices with the cache (listClaims): the
-		// reply is decoded into a copy of its own.
+		// reply is decoded into a copy of its own. The patch's base only
+		// reads the shared ones, so a shallow copy serves.
+		orig := *c
 		*c = *c.DeepCopy()
-		orig := c.DeepCopy()
 		c.Status = want
-		if err := r.client.Status().Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if err := r.client.Status().Patch(ctx, c, client.MergeFromWithOptions(&orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
