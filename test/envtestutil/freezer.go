@@ -16,7 +16,9 @@ import (
 // calls to its webhook, still work: a replica whose watches stalled, or
 // whose route to the apiserver half failed. Match picks the watches it
 // stalls (nil: all). Step lets a frozen stream deliver a given number of
-// events, in order: a cache that trails by some events, not all.
+// events, in order: a cache that trails by some events, not all. Expire
+// drops what the frozen watches hold and makes their informers relist: a
+// cache that jumps to the present without the events in between.
 type WatchFreezer struct {
 	Match func(*http.Request) bool
 	mu    sync.Mutex
@@ -25,11 +27,18 @@ type WatchFreezer struct {
 	// closed (and replaced) whenever Step adds some.
 	steps   int
 	stepped chan struct{}
+	// expired is closed (and replaced) by Expire: the streams opened
+	// before it end. expiries counts the Expire calls; refused maps a
+	// watched path to the expiry whose resumption it was refused for.
+	expired  chan struct{}
+	expiries int
+	refused  map[string]int
 }
 
 // NewWatchFreezer returns a freezer that is not frozen.
 func NewWatchFreezer(match func(*http.Request) bool) *WatchFreezer {
-	f := &WatchFreezer{Match: match, open: make(chan struct{}), stepped: make(chan struct{})}
+	f := &WatchFreezer{Match: match, open: make(chan struct{}), stepped: make(chan struct{}),
+		expired: make(chan struct{}), refused: map[string]int{}}
 	close(f.open)
 	return f
 }
@@ -74,9 +83,60 @@ func (f *WatchFreezer) Step(n int) {
 	f.stepped = make(chan struct{})
 }
 
-// admit waits until one event may pass.
-func (f *WatchFreezer) admit(ctx context.Context, bookmark bool) error {
+// Expire drops the events the matching watches hold back and ends those
+// watches; each watched resource's next resumption (a watch from the
+// resourceVersion its informer had reached) is answered 410 Gone, as after
+// etcd compacted past it, so the informer lists again and sees the present
+// at once, none of the changes in between. It also thaws. This is a
+// replica whose watch fell out of the apiserver's window during a long
+// stall or partition.
+func (f *WatchFreezer) Expire() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	close(f.expired)
+	f.expired = make(chan struct{})
+	f.expiries++
+	select {
+	case <-f.open:
+	default:
+		close(f.open)
+	}
+}
+
+// refuseResume reports whether req resumes a watch on a path that has not
+// been refused since the last Expire (and records that it now is).
+func (f *WatchFreezer) refuseResume(req *http.Request) bool {
+	q := req.URL.Query()
+	if rv := q.Get("resourceVersion"); rv == "" || rv == "0" || q.Get("sendInitialEvents") == "true" {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.expiries == 0 || f.refused[req.URL.Path] == f.expiries {
+		return false
+	}
+	f.refused[req.URL.Path] = f.expiries
+	return true
+}
+
+// gone is the apiserver's answer to a watch from a compacted resourceVersion.
+func gone(req *http.Request) *http.Response {
+	body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",` +
+		`"message":"too old resource version (watch freezer: expired)","reason":"Expired","code":410}`
+	return &http.Response{StatusCode: http.StatusGone, Status: "410 Gone", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": []string{"application/json"}}, Body: io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)), Request: req}
+}
+
+// admit waits until one event may pass; io.EOF ends a stream opened before
+// an Expire.
+func (f *WatchFreezer) admit(ctx context.Context, bookmark bool, expired <-chan struct{}) error {
 	for {
+		select {
+		case <-expired:
+			return io.EOF
+		default:
+		}
 		f.mu.Lock()
 		open, stepped := f.open, f.stepped
 		select {
@@ -96,6 +156,7 @@ func (f *WatchFreezer) admit(ctx context.Context, bookmark bool) error {
 		select {
 		case <-open:
 		case <-stepped:
+		case <-expired:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -108,12 +169,19 @@ type freezing struct {
 }
 
 func (t freezing) RoundTrip(req *http.Request) (*http.Response, error) {
+	watched := req.URL.Query().Get("watch") == "true" && (t.f.Match == nil || t.f.Match(req))
+	if watched && t.f.refuseResume(req) {
+		return gone(req), nil
+	}
+	t.f.mu.Lock()
+	expired := t.f.expired
+	t.f.mu.Unlock()
 	resp, err := t.next.RoundTrip(req)
-	if err != nil || resp.StatusCode != http.StatusOK || req.URL.Query().Get("watch") != "true" || (t.f.Match != nil && !t.f.Match(req)) {
+	if err != nil || resp.StatusCode != http.StatusOK || !watched {
 		return resp, err
 	}
 	body := resp.Body
-	events := &frozenEvents{ReadCloser: body, f: t.f, ctx: req.Context()}
+	events := &frozenEvents{ReadCloser: body, f: t.f, ctx: req.Context(), expired: expired}
 	switch ct := resp.Header.Get("Content-Type"); {
 	case strings.HasPrefix(ct, "application/json"):
 		dec := json.NewDecoder(body)
@@ -135,6 +203,7 @@ type frozenEvents struct {
 	next    func() (frame []byte, eventType string, err error)
 	f       *WatchFreezer
 	ctx     context.Context
+	expired <-chan struct{}
 	pending []byte
 }
 
@@ -144,7 +213,7 @@ func (b *frozenEvents) Read(p []byte) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if err := b.f.admit(b.ctx, eventType == "BOOKMARK"); err != nil {
+		if err := b.f.admit(b.ctx, eventType == "BOOKMARK", b.expired); err != nil {
 			return 0, err
 		}
 		b.pending = frame
