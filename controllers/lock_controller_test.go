@@ -432,13 +432,59 @@ var _ = Describe("Lock controller", func() {
 		Expect(k8s.Delete(ctx, l)).To(Succeed())
 		l = getLease(ns, "deleted")
 		Expect(l.DeletionTimestamp).NotTo(BeNil())
-		By("removing the finalizer by hand")
+		By("removing the finalizer by hand: the Lease goes, and nobody waits, so nothing writes a new one")
 		l.Finalizers = nil
 		Expect(k8s.Update(ctx, l)).To(Succeed())
-		Eventually(func() string { return leaseAnnotation(ns, "deleted", fkv1.AnnotationEpoch) }, 10*time.Second).Should(Equal(epochString(e + 1)))
+		leaseGone := func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "deleted"}, &coordinationv1.Lease{}))
+		}
+		Eventually(leaseGone, 10*time.Second).Should(BeTrue())
+		Consistently(leaseGone, 2*time.Second).Should(BeTrue(), "a new ledger was written without a grant")
 
+		By("the next grant starts a new ledger at the storage revision")
+		rev := storageRevision()
 		c3 := createClaim(ns, "c3", "deleted", "W3", 30)
-		Expect(eventuallyPhase(ns, c3.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(e + 2))
+		e3 := eventuallyPhase(ns, c3.Name, fkv1.PhaseHeld).Status.Epoch
+		Expect(e3).To(BeNumerically(">", e+1))
+		Expect(e3).To(BeNumerically(">=", rev))
+	})
+
+	// The floor remembers only what this process saw and what claims still
+	// record: after a restart, with the newest holder's claim deleted, it is
+	// below an epoch that was issued. A ledger written from it would hand
+	// that epoch out again.
+	It("never reuses an epoch after the Lease is deleted by hand and the manager restarted, while only an older claim remains", func() {
+		m := startManager(time.Second)
+		c1 := createClaim(ns, "c1", "partial", "W1", 1)
+		e := eventuallyPhase(ns, c1.Name, fkv1.PhaseHeld).Status.Epoch
+		eventuallyPhase(ns, c1.Name, fkv1.PhaseExpired) // keeps epoch e in its status
+		c2 := createClaim(ns, "c2", "partial", "W2", 30)
+		Expect(eventuallyPhase(ns, c2.Name, fkv1.PhaseHeld).Status.Epoch).To(Equal(e + 1))
+		deleteClaim(c2) // the only record of epoch e+1 besides the Lease
+		Eventually(func() string { return getLease(ns, "partial").Annotations[fkv1.AnnotationClaimUID] }, 10*time.Second).Should(BeEmpty())
+
+		By("while the manager is down, the Lease is deleted by hand (its finalizer removed: a claim remains); the manager starts again")
+		m.Stop()
+		l := getLease(ns, "partial")
+		Expect(k8s.Delete(ctx, l)).To(Succeed())
+		l = getLease(ns, "partial")
+		l.Finalizers = nil
+		Expect(k8s.Update(ctx, l)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "partial"}, &coordinationv1.Lease{}))
+		}, 10*time.Second).Should(BeTrue())
+		m2 := startManager(time.Second)
+		DeferCleanup(m2.Stop)
+		// It looks at the lock (c1 is there) with nobody waiting.
+		Consistently(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "partial"}, &coordinationv1.Lease{}))
+		}, 2*time.Second).Should(BeTrue(), "a ledger was written from the floor alone, without a grant")
+
+		c3 := createClaim(ns, "c3", "partial", "W3", 30)
+		e3 := eventuallyPhase(ns, c3.Name, fkv1.PhaseHeld).Status.Epoch
+		Expect(e3).To(BeNumerically(">", e+1), "epoch %d reused or went backward (c1 held %d, c2 %d)", e3, e, e+1)
+		h.verifyClaims()
+		h.verifyLeases()
 	})
 
 	It("never reuses an epoch after every record of a lock is gone and the manager restarted", func() {

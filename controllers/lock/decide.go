@@ -180,6 +180,14 @@ func decide(s snapshot) action {
 			return a
 		}
 	}
+	if repair && a.holder == nil && (s.ledger.Epoch == 0 || !s.ledger.EpochValid) {
+		// A new ledger nobody holds is left as it is until a grant writes
+		// it, from the storage revision (docs/design.md §2). Repaired now,
+		// from this process's floor alone, it would count as valid and the
+		// next grant would not read the revision; but the floor misses
+		// epochs whose records are gone (a claim deleted, then a restart).
+		return a
+	}
 	if repair {
 		a.kind = actRepair
 	}

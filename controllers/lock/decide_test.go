@@ -99,9 +99,19 @@ func TestDecide(t *testing.T) {
 		{name: "a Lease edited below an issued epoch with nobody waiting is repaired",
 			snap: snapshot{ledger: free(3), claims: []*fkv1.FencedLease{expiredW1}, floor: 41, now: t0},
 			kind: actRepair, epoch: 41, repaired: true},
-		{name: "an unreadable counter is repaired from the floor",
+		// A new ledger nobody holds is written by the next grant, from the
+		// storage revision: the floor alone may miss epochs whose records
+		// are gone.
+		{name: "an unreadable counter nobody holds is left for the next grant",
 			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true}, claims: []*fkv1.FencedLease{expiredW1}, floor: 41, now: t0},
-			kind: actRepair, epoch: 41, repaired: true},
+			kind: actKeep, epoch: 41, repaired: true},
+		{name: "a deleted Lease is not written again from the floor while nobody waits",
+			snap: snapshot{claims: []*fkv1.FencedLease{expiredW1}, floor: 41, now: t0},
+			kind: actKeep, epoch: 41, repaired: true},
+		{name: "the grant on an unreadable counter starts at the storage revision",
+			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true}, claims: []*fkv1.FencedLease{expiredW1, w2},
+				floor: 41, storageRevision: 5000, now: t0},
+			kind: actGrant, holder: "w2", epoch: 5000, repaired: true},
 		{name: "an Expired or once-held claim is never granted again",
 			snap: snapshot{ledger: free(41), claims: []*fkv1.FencedLease{expiredW1, claim("x", 0, fkv1.PhasePending, 7)}, now: t0},
 			kind: actKeep, epoch: 41},
