@@ -33,6 +33,7 @@ type WatchFreezer struct {
 	expired  chan struct{}
 	expiries int
 	refused  map[string]int
+	relists  int // lists and watch-lists (sendInitialEvents) since the first Expire
 }
 
 // NewWatchFreezer returns a freezer that is not frozen.
@@ -119,6 +120,29 @@ func (f *WatchFreezer) refuseResume(req *http.Request) bool {
 	return true
 }
 
+// countRelist counts req if it lists (a LIST, or a watch that sends the
+// current objects first) after an Expire.
+func (f *WatchFreezer) countRelist(req *http.Request) {
+	q := req.URL.Query()
+	if q.Get("watch") == "true" && q.Get("sendInitialEvents") != "true" {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.expiries > 0 {
+		f.relists++
+	}
+}
+
+// Relists counts the lists of the matching resources since the first
+// Expire (a LIST, or a watch sending the current objects first): how a
+// test tells that an informer jumped to the present.
+func (f *WatchFreezer) Relists() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.relists
+}
+
 // gone is the apiserver's answer to a watch from a compacted resourceVersion.
 func gone(req *http.Request) *http.Response {
 	body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",` +
@@ -169,9 +193,13 @@ type freezing struct {
 }
 
 func (t freezing) RoundTrip(req *http.Request) (*http.Response, error) {
-	watched := req.URL.Query().Get("watch") == "true" && (t.f.Match == nil || t.f.Match(req))
+	matched := t.f.Match == nil || t.f.Match(req)
+	watched := matched && req.URL.Query().Get("watch") == "true"
 	if watched && t.f.refuseResume(req) {
 		return gone(req), nil
+	}
+	if matched && req.Method == http.MethodGet {
+		t.f.countRelist(req)
 	}
 	t.f.mu.Lock()
 	expired := t.f.expired
