@@ -14,9 +14,10 @@ import (
 )
 
 // statusReplies is a client whose only call is a status Patch, answered the
-// way the real client answers: the reply is decoded into the object passed
-// in (encoding/json keeps a non-nil map and writes into it, and reuses a
-// slice's backing array).
+// way the real client answers: the patch is computed from its base (the
+// real MergeFrom, which must leave that base alone), then the reply is
+// decoded into the object passed in (encoding/json keeps a non-nil map and
+// writes into it, and reuses a slice's backing array).
 type statusReplies struct {
 	client.Client
 	reply string
@@ -29,7 +30,10 @@ type replyWriter struct {
 	reply string
 }
 
-func (w replyWriter) Patch(_ context.Context, obj client.Object, _ client.Patch, _ ...client.SubResourcePatchOption) error {
+func (w replyWriter) Patch(_ context.Context, obj client.Object, patch client.Patch, _ ...client.SubResourcePatchOption) error {
+	if _, err := patch.Data(obj); err != nil {
+		return err
+	}
 	return json.Unmarshal([]byte(w.reply), obj)
 }
 
