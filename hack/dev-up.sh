@@ -5,9 +5,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEV="${DEV_DIR:-${ROOT}/.dev}"
 mkdir -p "${DEV}"
 
-if [[ -f "${DEV}/devcluster.pid" ]] && kill -0 "$(cat "${DEV}/devcluster.pid")" 2>/dev/null; then
+if [[ -f "${DEV}/devcluster.pid" && "$(cat "/proc/$(cat "${DEV}/devcluster.pid")/comm" 2>/dev/null)" == "devcluster" ]]; then
 	echo "dev-up: already running (pid $(cat "${DEV}/devcluster.pid")); 'make dev-down' stops it"
 	exit 0
+fi
+if [[ -f "${DEV}/devcluster.pid" ]]; then
+	# A run that died without stopping what it started: stop that first.
+	"${ROOT}/hack/dev-down.sh"
 fi
 go build -o "${ROOT}/bin/devcluster" "${ROOT}/hack/devcluster"
 rm -f "${DEV}/ready"

@@ -104,9 +104,12 @@ func run(o options) error {
 	// envtest starts etcd and kube-apiserver in process groups of their
 	// own, without a parent-death signal: if this process is killed before
 	// it can stop them, dev-down finds them in this file.
-	if err := recordChildren(filepath.Join(dir, "children")); err != nil {
+	children := filepath.Join(dir, "children")
+	if err := recordChildren(children); err != nil {
 		fmt.Fprintf(os.Stderr, "devcluster: recording etcd's and kube-apiserver's pids for dev-down: %v\n", err)
 	}
+	// Deferred before the control plane's stop, so it runs after it.
+	defer func() { _ = os.Remove(children) }()
 	defer func() {
 		fmt.Println(">> stopping the control plane")
 		if err := env.Stop(); err != nil {
@@ -180,7 +183,7 @@ func run(o options) error {
 
 	// Again, with the manager (and kube-controller-manager and kwok): they
 	// die with this process, but dev-down need not rely on it.
-	if err := recordChildren(filepath.Join(dir, "children")); err != nil {
+	if err := recordChildren(children); err != nil {
 		fmt.Fprintf(os.Stderr, "devcluster: recording the pids of its processes for dev-down: %v\n", err)
 	}
 	if err := os.WriteFile(ready, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
@@ -308,9 +311,11 @@ func envInt(k string, def int) int {
 	return def
 }
 
-// recordChildren writes "PID COMM" for each of this process's children to
-// path, for hack/dev-down.sh: it kills a listed pid only while its comm
-// still matches, so a pid reused since is left alone.
+// recordChildren writes "PID COMM STARTTIME" for each of this process's
+// children to path, for hack/dev-down.sh: it kills a listed pid only while
+// the process with that pid has the same name and start time, so a pid
+// reused since is left alone. The list is replaced whole (a rename), never
+// left half written.
 func recordChildren(path string) error {
 	children, err := envtestutil.Children(os.Getpid())
 	if err != nil {
@@ -318,7 +323,11 @@ func recordChildren(path string) error {
 	}
 	var b strings.Builder
 	for _, c := range children {
-		fmt.Fprintf(&b, "%d %s\n", c.Pid, c.Comm)
+		fmt.Fprintf(&b, "%d %s %s\n", c.Pid, c.Comm, c.StartTime())
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -19,6 +19,24 @@ type Proc struct {
 	Fields []string
 }
 
+// Pgrp is the process group (proc(5) field 5).
+func (p Proc) Pgrp() int {
+	if len(p.Fields) < 3 {
+		return 0
+	}
+	g, _ := strconv.Atoi(p.Fields[2])
+	return g
+}
+
+// StartTime is when the process started, in clock ticks after boot (field
+// 22): with the pid, it names one process, even after the pid is reused.
+func (p Proc) StartTime() string {
+	if len(p.Fields) < 20 {
+		return ""
+	}
+	return p.Fields[19]
+}
+
 // Zombie: the process has exited and waits for its parent to reap it.
 func (p Proc) Zombie() bool { return p.State == "Z" }
 
@@ -44,11 +62,11 @@ func ReadProc(pid int) (p Proc, ok bool) {
 	return Proc{Pid: pid, Comm: string(raw[open+1 : closing]), State: f[0], Ppid: ppid, Fields: f}, true
 }
 
-// Running: pid is still the process p (same executable name) and has not
-// exited. A pid reused since by another command is not p.
+// Running: pid is still the process p (same executable name and start
+// time) and has not exited. A pid reused since is not p.
 func (p Proc) Running() bool {
 	now, ok := ReadProc(p.Pid)
-	return ok && now.Comm == p.Comm && !now.Zombie()
+	return ok && now.Comm == p.Comm && now.StartTime() == p.StartTime() && !now.Zombie()
 }
 
 // Children lists the processes whose parent is ppid, zombies left out.
