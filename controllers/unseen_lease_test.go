@@ -80,7 +80,11 @@ func stageUnseenLease(lock string) *unseenLease {
 	// W0 waits all along (its pod is not ready, so it is never granted): the
 	// lock never looks idle to A, whose idle locks forget their asks.
 	leasePod(s.ns, "w0", lock, "300", false)
-	EventuallyWithOffset(1, stateOf(s.ns, "w0"), 10*time.Second).Should(Equal("Pending/"))
+	EventuallyWithOffset(1, func() int {
+		var claims fkv1.FencedLeaseList
+		_ = k8s.List(ctx, &claims, client.InNamespace(s.ns))
+		return len(claims.Items)
+	}, 10*time.Second).Should(Equal(1), "W0's pod got no claim")
 	By("A asks for a revision for W1's grant; the read is answered, the reply held back")
 	s.w1 = createClaim(s.ns, "w1", lock, "W1", 300)
 	EventuallyWithOffset(1, s.read.served, 10*time.Second).Should(BeClosed())
@@ -94,11 +98,13 @@ func (s *unseenLease) startAuthorityB() {
 
 func (s *unseenLease) stopAuthorityB() { s.stopB.Do(s.b.Stop) }
 
-// deleteLeaseAfterRelease: W2 releases, and the Lease is deleted by hand,
-// its finalizer removed (W0 still waits); then B stops.
+// deleteLeaseAfterRelease: W2 releases, B stops (it would write a new
+// ledger at once), and the Lease is deleted by hand, its finalizer removed
+// (W0 still waits).
 func (s *unseenLease) deleteLeaseAfterRelease(w2 *fkv1.FencedLease) {
 	deleteClaim(w2)
 	EventuallyWithOffset(1, func() string { return getLease(s.ns, s.lock).Annotations[fkv1.AnnotationClaimUID] }, 10*time.Second).Should(BeEmpty())
+	s.stopAuthorityB()
 	ExpectWithOffset(1, k8s.Delete(ctx, getLease(s.ns, s.lock))).To(Succeed())
 	EventuallyWithOffset(1, func() error {
 		l := getLease(s.ns, s.lock)
@@ -108,7 +114,6 @@ func (s *unseenLease) deleteLeaseAfterRelease(w2 *fkv1.FencedLease) {
 	EventuallyWithOffset(1, func() bool {
 		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.lock}, &coordinationv1.Lease{}))
 	}, 10*time.Second).Should(BeTrue())
-	s.stopAuthorityB()
 }
 
 // grantAfterRelist: W3 asks, A's caches relist to the present (the Lease

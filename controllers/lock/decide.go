@@ -177,16 +177,28 @@ func decide(s snapshot) action {
 		}
 		if a.end != holderContinues {
 			a.kind = actFree
+			if s.ledger.IsNew() {
+				// Freed with a counter nobody could read: as above, from
+				// the storage revision, never from the floor alone.
+				if s.storageRevision == 0 {
+					return action{kind: actKeep, epoch: issued}
+				}
+				a.epoch = max(issued, s.storageRevision)
+			}
 			return a
 		}
 	}
-	if repair && a.holder == nil && (s.ledger.Epoch == 0 || !s.ledger.EpochValid) {
-		// A new ledger nobody holds is left as it is until a grant writes
-		// it, from the storage revision (docs/design.md §2). Repaired now,
-		// from this process's floor alone, it would count as valid and the
-		// next grant would not read the revision; but the floor misses
-		// epochs whose records are gone (a claim deleted, then a restart).
-		return a
+	if repair && a.holder == nil && s.ledger.IsNew() {
+		// A new ledger written without a holder starts at the storage
+		// revision, as a grant's does (docs/design.md §2): from this
+		// process's floor alone it would be valid, and the next grant
+		// would count up from a floor that misses epochs whose records are
+		// gone (a claim deleted, then a restart). gather reads the
+		// revision for every new ledger with claims.
+		if s.storageRevision == 0 {
+			return a
+		}
+		a.epoch = max(issued, s.storageRevision)
 	}
 	if repair {
 		a.kind = actRepair

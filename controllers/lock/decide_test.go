@@ -99,15 +99,26 @@ func TestDecide(t *testing.T) {
 		{name: "a Lease edited below an issued epoch with nobody waiting is repaired",
 			snap: snapshot{ledger: free(3), claims: []*fkv1.FencedLease{expiredW1}, floor: 41, now: t0},
 			kind: actRepair, epoch: 41, repaired: true},
-		// A new ledger nobody holds is written by the next grant, from the
-		// storage revision: the floor alone may miss epochs whose records
-		// are gone.
-		{name: "an unreadable counter nobody holds is left for the next grant",
+		// A new ledger is written from the storage revision (gather reads it
+		// for every new ledger of a lock that is not idle), never from the
+		// floor alone: after a restart, the floor misses epochs whose claims
+		// were deleted.
+		{name: "an unreadable counter nobody holds is repaired from the storage revision",
+			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true}, claims: []*fkv1.FencedLease{expiredW1}, floor: 41, storageRevision: 5000, now: t0},
+			kind: actRepair, epoch: 5000, repaired: true},
+		{name: "a deleted Lease is written again from the storage revision",
+			snap: snapshot{claims: []*fkv1.FencedLease{expiredW1}, floor: 41, storageRevision: 5000, now: t0},
+			kind: actRepair, epoch: 5000, repaired: true},
+		{name: "without the storage revision, a new ledger nobody holds is not written",
 			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true}, claims: []*fkv1.FencedLease{expiredW1}, floor: 41, now: t0},
 			kind: actKeep, epoch: 41, repaired: true},
-		{name: "a deleted Lease is not written again from the floor while nobody waits",
-			snap: snapshot{claims: []*fkv1.FencedLease{expiredW1}, floor: 41, now: t0},
-			kind: actKeep, epoch: 41, repaired: true},
+		{name: "a holder's claim still Held after its Lease was deleted: a Lease at the storage revision ends it",
+			snap: snapshot{claims: []*fkv1.FencedLease{w1}, floor: 41, storageRevision: 5000, now: t0},
+			kind: actRepair, epoch: 5000, repaired: true},
+		{name: "a holder gone from a ledger whose counter is unreadable: freed at the storage revision",
+			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true, HolderClaim: "w1", HolderUID: "uid-w1", LeaseDurationSeconds: 30},
+				claims: []*fkv1.FencedLease{expiredW1}, floor: 41, storageRevision: 5000, now: t0},
+			kind: actFree, epoch: 5000, end: holderGaveUp, repaired: true},
 		{name: "the grant on an unreadable counter starts at the storage revision",
 			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true}, claims: []*fkv1.FencedLease{expiredW1, w2},
 				floor: 41, storageRevision: 5000, now: t0},

@@ -87,10 +87,12 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 		if g.ledger.Epoch != 0 && g.ledger.EpochValid {
 			r.revisions.forget(lock)
 		}
-	case (g.ledger.Epoch == 0 || !g.ledger.EpochValid) && nextReadyWaiter(g.claims, g.ledger, g.waiterPods) != nil:
-		// A new ledger is about to grant: its epochs start at the storage
-		// revision, read live after this look (one quorum list of one item,
-		// shared by every lock waiting for one; see revisionReader).
+	case g.ledger.IsNew() && (len(g.claims) > 0 || g.ledger.Held()):
+		// A new ledger of a lock that is not idle may be written (a grant,
+		// a repair, a free): its epochs start at the storage revision, read
+		// live after this look (one quorum list of one item, shared by
+		// every lock waiting for one; see revisionReader), never from the
+		// floor alone, which misses epochs whose records are gone.
 		var ok bool
 		if g.storageRevision, ok, err = r.revisions.get(lock); err != nil {
 			return g, err
