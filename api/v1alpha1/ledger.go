@@ -73,13 +73,13 @@ func ReadLedger(lease *coordinationv1.Lease, lockName string) Ledger {
 // Held reports whether the ledger names a holder.
 func (l Ledger) Held() bool { return l.HolderUID != "" }
 
-// HeldEpoch is the epoch of the current holder: the last issued epoch while
-// the lock is held, 0 while it is free or the counter is unreadable.
 // IsNew: no epoch was ever issued from this ledger as far as it shows (no
 // Lease, a Lease that never granted, or a counter nobody can read). Epochs
 // written into a new ledger start at the storage revision.
 func (l Ledger) IsNew() bool { return l.Epoch == 0 || !l.EpochValid }
 
+// HeldEpoch is the epoch of the current holder: the last issued epoch while
+// the lock is held, 0 while it is free or the counter is unreadable.
 func (l Ledger) HeldEpoch() int64 {
 	if !l.Held() || !l.EpochValid {
 		return 0
