@@ -384,6 +384,40 @@ var _ = Describe("Lock controller", func() {
 		h.verifyLeases()
 	})
 
+	// Two faults: the grant's status patch never happened, and the counter
+	// was then broken. Nothing left records the epoch the holder was
+	// granted, so only the storage revision is above it; healed from the
+	// floor, the holder would share the previous holder's epoch.
+	It("gives a holder whose grant no status recorded an epoch above every earlier one after its counter is broken", func() {
+		m := startManager(time.Second)
+		a := createClaim(ns, "a", "heal-broken", "A", 30)
+		e := eventuallyPhase(ns, a.Name, fkv1.PhaseHeld).Status.Epoch
+		b := createClaim(ns, "b", "heal-broken", "B", 30)
+		eventuallyPhase(ns, b.Name, fkv1.PhasePending)
+		m.Stop()
+
+		By("a takeover's Lease write by hand, as a controller that died right after it, then an admin breaks the counter")
+		l := getLease(ns, "heal-broken")
+		l.Annotations[fkv1.AnnotationEpoch] = epochString(e + 1)
+		l.Annotations[fkv1.AnnotationPreviousClaimUID] = string(a.UID)
+		l.Annotations[fkv1.AnnotationClaim] = b.Name
+		l.Annotations[fkv1.AnnotationClaimUID] = string(b.UID)
+		l.Spec.HolderIdentity = ptr.To("B")
+		Expect(k8s.Update(ctx, l)).To(Succeed())
+		l = getLease(ns, "heal-broken")
+		l.Annotations[fkv1.AnnotationEpoch] = "garbage"
+		Expect(k8s.Update(ctx, l)).To(Succeed())
+		rev := storageRevision()
+
+		m2 := startManager(time.Second)
+		DeferCleanup(m2.Stop)
+		eb := eventuallyPhase(ns, b.Name, fkv1.PhaseHeld).Status.Epoch
+		Expect(eb).To(BeNumerically(">=", rev), "b's epoch starts a new ledger at the storage revision")
+		Expect(eventuallyPhase(ns, a.Name, fkv1.PhaseExpired).Status.Epoch).To(Equal(e))
+		Eventually(func() string { return getLease(ns, "heal-broken").Annotations[fkv1.AnnotationEpoch] }, 10*time.Second).Should(Equal(epochString(eb)))
+		h.verifyClaims() // also: never Held without an epoch
+	})
+
 	It("issues an epoch above every earlier one after the Lease is edited to a lower epoch", func() {
 		m := startManager(time.Second)
 		var e int64

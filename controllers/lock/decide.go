@@ -178,32 +178,41 @@ func decide(s snapshot) action {
 		if a.end != holderContinues {
 			a.kind = actFree
 			if s.ledger.IsNew() {
-				// Freed with a counter nobody could read: as above, from
-				// the storage revision, never from the floor alone.
-				if s.storageRevision == 0 {
+				start, ok := newLedgerStart(s, issued)
+				if !ok {
 					return action{kind: actKeep, epoch: issued}
 				}
-				a.epoch = max(issued, s.storageRevision)
+				a.epoch = start
 			}
 			return a
 		}
 	}
-	if repair && a.holder == nil && s.ledger.IsNew() {
-		// A new ledger written without a holder starts at the storage
-		// revision, as a grant's does (docs/design.md §2): from this
-		// process's floor alone it would be valid, and the next grant
-		// would count up from a floor that misses epochs whose records are
-		// gone (a claim deleted, then a restart). gather reads the
-		// revision for every new ledger with claims.
-		if s.storageRevision == 0 {
+	if repair && s.ledger.IsNew() && (a.holder == nil || a.holder.Status.Epoch == 0) {
+		// A new ledger whose last epoch no claim records: written without
+		// a holder, or kept by a holder whose grant's status patch never
+		// happened (a crash) while its counter was lost. From the floor
+		// alone, that holder would share the previous holder's epoch.
+		start, ok := newLedgerStart(s, issued)
+		if !ok {
 			return a
 		}
-		a.epoch = max(issued, s.storageRevision)
+		a.epoch = start
 	}
 	if repair {
 		a.kind = actRepair
 	}
 	return a
+}
+
+// newLedgerStart is the counter of a new ledger written with no record of
+// its last epoch: the storage revision, as a grant's first epoch
+// (docs/design.md §2), or the floor when above it. From the floor alone the
+// counter would look valid, and later epochs would count up from a floor
+// that misses epochs whose records are gone (a claim deleted, then a
+// restart). Without the revision nothing may be written (false); gather
+// reads it for every new ledger of a lock that is not idle.
+func newLedgerStart(s snapshot, issued int64) (int64, bool) {
+	return max(issued, s.storageRevision), s.storageRevision != 0
 }
 
 func broken(c *fkv1.FencedLease) bool {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -119,6 +120,18 @@ func TestDecide(t *testing.T) {
 			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true, HolderClaim: "w1", HolderUID: "uid-w1", LeaseDurationSeconds: 30},
 				claims: []*fkv1.FencedLease{expiredW1}, floor: 41, storageRevision: 5000, now: t0},
 			kind: actFree, epoch: 5000, end: holderGaveUp, repaired: true},
+		{name: "a holder whose grant no status recorded, on an unreadable counter: it keeps the lock at the storage revision",
+			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true, HolderClaim: "w2", HolderUID: "uid-w2", LeaseDurationSeconds: 30},
+				claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 41, storageRevision: 5000, renewSeenAt: t0, now: t0},
+			kind: actRepair, holder: "w2", epoch: 5000, repaired: true},
+		{name: "the same without the storage revision: nothing is written",
+			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true, HolderClaim: "w2", HolderUID: "uid-w2", LeaseDurationSeconds: 30},
+				claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 41, renewSeenAt: t0, now: t0},
+			kind: actKeep, holder: "w2", epoch: 41, repaired: true},
+		{name: "a holder whose status records its epoch, on an unreadable counter: repaired to that epoch",
+			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true, HolderClaim: "w1", HolderUID: "uid-w1", LeaseDurationSeconds: 30},
+				claims: []*fkv1.FencedLease{w1, w2}, floor: 41, storageRevision: 5000, renewSeenAt: t0, now: t0},
+			kind: actRepair, holder: "w1", epoch: 41, repaired: true},
 		{name: "the grant on an unreadable counter starts at the storage revision",
 			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true}, claims: []*fkv1.FencedLease{expiredW1, w2},
 				floor: 41, storageRevision: 5000, now: t0},
@@ -256,6 +269,23 @@ func TestDesiredStatusIgnoresALeaseOlderThanTheGrant(t *testing.T) {
 	st, tr := desiredStatus(c, statusInputs{ledger: held(43, "w2")})
 	if st.Phase != fkv1.PhaseExpired || tr != fkv1.ReasonSuperseded {
 		t.Fatalf("got %s/%s, want Expired/Superseded", st.Phase, tr)
+	}
+}
+
+func TestDesiredStatusGrantsNoEpochFromALostCounter(t *testing.T) {
+	// The Lease names w2, whose grant was never written to its status, and
+	// its counter is unreadable: nothing says which epoch w2 was granted.
+	c := claim("w2", 0, fkv1.PhasePending, 0)
+	lost := fkv1.Ledger{Exists: true, Adopted: true, HolderClaim: "w2", HolderUID: "uid-w2"}
+	st, tr := desiredStatus(c, statusInputs{lease: &coordinationv1.Lease{}, ledger: lost})
+	if st.Phase == fkv1.PhaseHeld || tr != "" {
+		t.Fatalf("granted from a lost counter: %s with epoch %d (%s)", st.Phase, st.Epoch, tr)
+	}
+	// Once the Lease is repaired, it is granted the repaired epoch.
+	lost.Epoch, lost.EpochValid = 5000, true
+	st, tr = desiredStatus(c, statusInputs{lease: &coordinationv1.Lease{}, ledger: lost})
+	if st.Phase != fkv1.PhaseHeld || st.Epoch != 5000 || tr != fkv1.ReasonGranted {
+		t.Fatalf("got %s with epoch %d (%s), want Held with 5000", st.Phase, st.Epoch, tr)
 	}
 }
 

@@ -47,6 +47,11 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 	case in.foreign == "" && c.UID == in.ledger.HolderUID && in.lease != nil:
 		transition := ""
 		if st.Phase != fkv1.PhaseHeld {
+			if st.Epoch == 0 && in.ledger.IsNew() {
+				// Its grant's epoch is lost with the counter: it is
+				// granted when the Lease is repaired (decide), not before.
+				return st, ""
+			}
 			transition = fkv1.ReasonGranted
 			if st.Epoch == 0 {
 				st.Epoch = in.ledger.Epoch
