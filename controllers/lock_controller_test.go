@@ -385,36 +385,44 @@ var _ = Describe("Lock controller", func() {
 	})
 
 	// Two faults: the grant's status patch never happened, and the counter
-	// was then broken. Nothing left records the epoch the holder was
-	// granted, so only the storage revision is above it; healed from the
-	// floor, the holder would share the previous holder's epoch.
-	It("gives a holder whose grant no status recorded an epoch above every earlier one after its counter is broken", func() {
-		m := startManager(time.Second)
-		a := createClaim(ns, "a", "heal-broken", "A", 30)
-		e := eventuallyPhase(ns, a.Name, fkv1.PhaseHeld).Status.Epoch
-		b := createClaim(ns, "b", "heal-broken", "B", 30)
-		eventuallyPhase(ns, b.Name, fkv1.PhasePending)
-		m.Stop()
+	// was then broken or set back by hand. Nothing left records the epoch
+	// the holder was granted, so only the storage revision is above it;
+	// healed from the Lease or the floor, the holder would share the
+	// previous holder's epoch (or hold one below it).
+	It("gives a holder whose grant no status recorded an epoch above every earlier one after its counter is broken or set back", func() {
+		for i, tamper := range []func(e int64) string{
+			func(int64) string { return "garbage" },
+			func(e int64) string { return epochString(e) },     // back to the previous holder's
+			func(e int64) string { return epochString(e - 5) }, // below it
+		} {
+			lock := fmt.Sprintf("heal-broken-%d", i)
+			m := startManager(time.Second)
+			a := createClaim(ns, fmt.Sprintf("a%d", i), lock, "A", 30)
+			e := eventuallyPhase(ns, a.Name, fkv1.PhaseHeld).Status.Epoch
+			b := createClaim(ns, fmt.Sprintf("b%d", i), lock, "B", 30)
+			eventuallyPhase(ns, b.Name, fkv1.PhasePending)
+			m.Stop()
 
-		By("a takeover's Lease write by hand, as a controller that died right after it, then an admin breaks the counter")
-		l := getLease(ns, "heal-broken")
-		l.Annotations[fkv1.AnnotationEpoch] = epochString(e + 1)
-		l.Annotations[fkv1.AnnotationPreviousClaimUID] = string(a.UID)
-		l.Annotations[fkv1.AnnotationClaim] = b.Name
-		l.Annotations[fkv1.AnnotationClaimUID] = string(b.UID)
-		l.Spec.HolderIdentity = ptr.To("B")
-		Expect(k8s.Update(ctx, l)).To(Succeed())
-		l = getLease(ns, "heal-broken")
-		l.Annotations[fkv1.AnnotationEpoch] = "garbage"
-		Expect(k8s.Update(ctx, l)).To(Succeed())
-		rev := storageRevision()
+			By(fmt.Sprintf("%s: a takeover's Lease write by hand, as a controller that died right after it, then an admin sets the counter to %q", lock, tamper(e)))
+			l := getLease(ns, lock)
+			l.Annotations[fkv1.AnnotationEpoch] = epochString(e + 1)
+			l.Annotations[fkv1.AnnotationPreviousClaimUID] = string(a.UID)
+			l.Annotations[fkv1.AnnotationClaim] = b.Name
+			l.Annotations[fkv1.AnnotationClaimUID] = string(b.UID)
+			l.Spec.HolderIdentity = ptr.To("B")
+			Expect(k8s.Update(ctx, l)).To(Succeed())
+			l = getLease(ns, lock)
+			l.Annotations[fkv1.AnnotationEpoch] = tamper(e)
+			Expect(k8s.Update(ctx, l)).To(Succeed())
+			rev := storageRevision()
 
-		m2 := startManager(time.Second)
-		DeferCleanup(m2.Stop)
-		eb := eventuallyPhase(ns, b.Name, fkv1.PhaseHeld).Status.Epoch
-		Expect(eb).To(BeNumerically(">=", rev), "b's epoch starts a new ledger at the storage revision")
-		Expect(eventuallyPhase(ns, a.Name, fkv1.PhaseExpired).Status.Epoch).To(Equal(e))
-		Eventually(func() string { return getLease(ns, "heal-broken").Annotations[fkv1.AnnotationEpoch] }, 10*time.Second).Should(Equal(epochString(eb)))
+			m2 := startManager(time.Second)
+			eb := eventuallyPhase(ns, b.Name, fkv1.PhaseHeld).Status.Epoch
+			Expect(eb).To(BeNumerically(">=", rev), "%s: b's epoch is a fresh one, at the storage revision", lock)
+			Expect(eventuallyPhase(ns, a.Name, fkv1.PhaseExpired).Status.Epoch).To(Equal(e))
+			Eventually(func() string { return getLease(ns, lock).Annotations[fkv1.AnnotationEpoch] }, 10*time.Second).Should(Equal(epochString(eb)))
+			m2.Stop()
+		}
 		h.verifyClaims() // also: never Held without an epoch
 	})
 

@@ -44,7 +44,7 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	// entries wait until after the grant: a burst of new waiters must not
 	// delay a handoff.)
 	if g.lease != nil {
-		if err := r.syncStatuses(ctx, endedFirst(ownersOf(g.claims, g.ledger), g.ledger), statusInputs{lease: g.lease, ledger: g.ledger}); err != nil {
+		if err := r.syncStatuses(ctx, endedFirst(ownersOf(g.claims, g.ledger), g.ledger), statusInputs{lease: g.lease, ledger: g.ledger, unrecorded: a.unrecorded}); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -98,7 +98,8 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 		}
 	}
 
-	in := statusInputs{lease: lease, ledger: fkv1.ReadLedger(lease, lock.Name), exhausted: a.exhausted, maxWaiters: r.maxWaiters}
+	in := statusInputs{lease: lease, ledger: fkv1.ReadLedger(lease, lock.Name), exhausted: a.exhausted, maxWaiters: r.maxWaiters,
+		unrecorded: a.unrecorded && !a.kind.writesLease()} // a write leaves a counter its holder holds
 	in.queueFull = queueFull(g.claims, in.ledger, r.maxWaiters)
 	if a.exhausted {
 		epochsExhausted.Inc()

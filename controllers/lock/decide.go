@@ -108,6 +108,10 @@ type action struct {
 	// exhausted is true when a waiter could not be granted because the
 	// lock's last epoch is the largest there is.
 	exhausted bool
+	// unrecorded is true when the Lease names a holder whose grant no status
+	// records and whose epoch the counter cannot tell (grantUnrecorded):
+	// that holder is not shown Held from this Lease.
+	unrecorded bool
 }
 
 // decide computes what one reconcile of a lock does. It never issues an epoch
@@ -125,7 +129,7 @@ func decide(s snapshot) action {
 	}
 
 	issued := max(s.ledger.Epoch, s.floor)
-	a := action{kind: actKeep, epoch: issued}
+	a := action{kind: actKeep, epoch: issued, unrecorded: grantUnrecorded(s.ledger, s.claims, s.floor)}
 	a.repaired = issued != s.ledger.Epoch || !s.ledger.EpochValid
 	// The Lease also needs repair when its labels or finalizer are missing
 	// (adoption) or its TTL differs from the holder's.
@@ -171,32 +175,36 @@ func decide(s snapshot) action {
 			// granted again; the waiters are told why.
 			a.exhausted = true
 		} else if next != nil {
+			if (s.ledger.IsNew() || a.unrecorded) && s.storageRevision == 0 {
+				// gather reads the revision first; without it, no grant.
+				return action{kind: actKeep, epoch: issued}
+			}
 			a.kind, a.holder, a.epoch = actGrant, next, max(issued+1, s.storageRevision)
 			a.leaseDuration, a.requeueAfter = next.LeaseDurationSeconds(), next.LeaseDuration()
 			return a
 		}
 		if a.end != holderContinues {
 			a.kind = actFree
-			if s.ledger.IsNew() {
+			if s.ledger.IsNew() || a.unrecorded {
 				start, ok := newLedgerStart(s, issued)
 				if !ok {
 					return action{kind: actKeep, epoch: issued}
 				}
-				a.epoch = start
+				a.epoch, a.repaired = start, true
 			}
 			return a
 		}
 	}
-	if repair && s.ledger.IsNew() && (a.holder == nil || a.holder.Status.Epoch == 0) {
-		// A new ledger whose last epoch no claim records: written without
-		// a holder, or kept by a holder whose grant's status patch never
-		// happened (a crash) while its counter was lost. From the floor
-		// alone, that holder would share the previous holder's epoch.
+	if (a.holder != nil && a.unrecorded) || (repair && a.holder == nil && s.ledger.IsNew()) {
+		// A new ledger written without a holder, or a holder kept whose
+		// grant no status records while the counter cannot be its epoch:
+		// from the floor, that holder would share an earlier holder's
+		// epoch. Both start at the storage revision.
 		start, ok := newLedgerStart(s, issued)
 		if !ok {
 			return a
 		}
-		a.epoch = start
+		a.epoch, a.repaired, repair = start, true, true
 	}
 	if repair {
 		a.kind = actRepair
@@ -213,6 +221,31 @@ func decide(s snapshot) action {
 // reads it for every new ledger of a lock that is not idle.
 func newLedgerStart(s snapshot, issued int64) (int64, bool) {
 	return max(issued, s.storageRevision), s.storageRevision != 0
+}
+
+// grantUnrecorded reports whether the Lease names a holder whose epoch no
+// claim status records (its claim is gone, or its grant's status patch
+// never happened: the controller stopped in between) while the Lease's
+// counter cannot be trusted to be that epoch: unreadable, below an epoch
+// already issued (the floor), or not above an epoch another claim records
+// (set back by hand). The next epoch written then starts at the storage
+// revision, and a surviving holder is shown Held only with that one.
+func grantUnrecorded(l fkv1.Ledger, claims []*fkv1.FencedLease, floor int64) bool {
+	if !l.Held() {
+		return false
+	}
+	if holder := findClaim(claims, l.HolderUID); holder != nil && holder.Status.Epoch != 0 {
+		return false // the floor covers a counter set below it
+	}
+	if l.IsNew() || l.Epoch < floor {
+		return true
+	}
+	for _, c := range claims {
+		if c.UID != l.HolderUID && c.Status.Epoch >= l.Epoch {
+			return true
+		}
+	}
+	return false
 }
 
 func broken(c *fkv1.FencedLease) bool {

@@ -128,6 +128,24 @@ func TestDecide(t *testing.T) {
 			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true, HolderClaim: "w2", HolderUID: "uid-w2", LeaseDurationSeconds: 30},
 				claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 41, renewSeenAt: t0, now: t0},
 			kind: actKeep, holder: "w2", epoch: 41, repaired: true},
+		{name: "a holder whose grant no status recorded, on a counter set back to the previous holder's epoch: kept at the storage revision",
+			snap: snapshot{ledger: held(41, "w2"), claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 41, storageRevision: 5000, renewSeenAt: t0, now: t0},
+			kind: actRepair, holder: "w2", epoch: 5000, repaired: true},
+		{name: "a holder whose grant no status recorded, on a counter below an epoch this process issued: kept at the storage revision",
+			snap: snapshot{ledger: held(30, "w2"), claims: []*fkv1.FencedLease{w2}, floor: 42, storageRevision: 5000, renewSeenAt: t0, now: t0},
+			kind: actRepair, holder: "w2", epoch: 5000, repaired: true},
+		{name: "a holder whose grant no status recorded, on a counter above every other epoch: that counter is its grant, nothing written",
+			snap: snapshot{ledger: held(42, "w2"), claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 42, renewSeenAt: t0, now: t0},
+			kind: actKeep, holder: "w2", epoch: 42},
+		{name: "a new ledger without the storage revision grants nobody",
+			snap: snapshot{ledger: fkv1.Ledger{EpochValid: true}, claims: []*fkv1.FencedLease{w2}, floor: 41, now: t0},
+			kind: actKeep, epoch: 41},
+		{name: "a holder whose claim is gone, on a counter set back to an earlier holder's epoch, with nobody waiting: freed at the storage revision",
+			snap: snapshot{ledger: held(41, "w2"), claims: []*fkv1.FencedLease{expiredW1}, floor: 41, storageRevision: 5000, renewSeenAt: t0, now: t0},
+			kind: actFree, epoch: 5000, end: holderReleased, repaired: true},
+		{name: "the same with a waiter: granted at the storage revision",
+			snap: snapshot{ledger: held(41, "w2"), claims: []*fkv1.FencedLease{expiredW1, w3}, floor: 41, storageRevision: 5000, renewSeenAt: t0, now: t0},
+			kind: actGrant, holder: "w3", epoch: 5000, end: holderReleased},
 		{name: "a holder whose status records its epoch, on an unreadable counter: repaired to that epoch",
 			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true, HolderClaim: "w1", HolderUID: "uid-w1", LeaseDurationSeconds: 30},
 				claims: []*fkv1.FencedLease{w1, w2}, floor: 41, storageRevision: 5000, renewSeenAt: t0, now: t0},
@@ -156,7 +174,7 @@ func TestDecide(t *testing.T) {
 			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true}, claims: []*fkv1.FencedLease{w2}, storageRevision: 1234, now: t0},
 			kind: actGrant, holder: "w2", epoch: 1234, repaired: true},
 		{name: "ties in creationTimestamp go by name",
-			snap: snapshot{ledger: fkv1.Ledger{EpochValid: true}, claims: []*fkv1.FencedLease{claim("b", 1, "", 0), claim("a", 1, "", 0)}, now: t0},
+			snap: snapshot{ledger: fkv1.Ledger{EpochValid: true}, claims: []*fkv1.FencedLease{claim("b", 1, "", 0), claim("a", 1, "", 0)}, storageRevision: 1, now: t0},
 			kind: actGrant, holder: "a", epoch: 1},
 		{name: "the TTL in force is the one the Lease recorded at grant, not the claim's",
 			snap: snapshot{ledger: func() fkv1.Ledger { l := held(41, "w1"); l.LeaseDurationSeconds = 60; return l }(),
@@ -280,6 +298,18 @@ func TestDesiredStatusGrantsNoEpochFromALostCounter(t *testing.T) {
 	st, tr := desiredStatus(c, statusInputs{lease: &coordinationv1.Lease{}, ledger: lost})
 	if st.Phase == fkv1.PhaseHeld || tr != "" {
 		t.Fatalf("granted from a lost counter: %s with epoch %d (%s)", st.Phase, st.Epoch, tr)
+	}
+	// A readable counter that cannot be its grant's epoch (decide's
+	// grantUnrecorded): the same.
+	st, tr = desiredStatus(c, statusInputs{lease: &coordinationv1.Lease{}, ledger: held(41, "w2"), unrecorded: true})
+	if st.Phase == fkv1.PhaseHeld || tr != "" {
+		t.Fatalf("granted from a set-back counter: %s with epoch %d (%s)", st.Phase, st.Epoch, tr)
+	}
+	// A claim shown Held without an epoch (never written since this rule)
+	// gets the Lease's.
+	heldNoEpoch := claim("w2", 0, fkv1.PhaseHeld, 0)
+	if st, _ = desiredStatus(heldNoEpoch, statusInputs{lease: &coordinationv1.Lease{}, ledger: held(5000, "w2")}); st.Epoch != 5000 {
+		t.Fatalf("a Held claim without an epoch kept %d, want 5000", st.Epoch)
 	}
 	// Once the Lease is repaired, it is granted the repaired epoch.
 	lost.Epoch, lost.EpochValid = 5000, true

@@ -84,10 +84,10 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 		// This reconcile decides nothing (it waits for the cache): asking
 		// now would spend a read whose answer is thrown away. A look that
 		// sees a valid ledger still drops an earlier ask (below).
-		if g.ledger.Epoch != 0 && g.ledger.EpochValid {
+		if !g.ledger.IsNew() {
 			r.revisions.forget(lock)
 		}
-	case g.ledger.IsNew() && (len(g.claims) > 0 || g.ledger.Held()):
+	case g.ledger.IsNew() && (len(g.claims) > 0 || g.ledger.Held()), grantUnrecorded(g.ledger, g.claims, g.floor):
 		// A new ledger of a lock that is not idle may be written (a grant,
 		// a repair, a free): its epochs start at the storage revision, read
 		// live after this look (one quorum list of one item, shared by

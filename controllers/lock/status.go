@@ -25,6 +25,9 @@ type statusInputs struct {
 	expiredUID string
 	// exhausted: the lock's epochs are used up; waiters are never granted.
 	exhausted bool
+	// unrecorded: the Lease's counter cannot be its holder's epoch, and the
+	// holder's status records none (decide's grantUnrecorded).
+	unrecorded bool
 	// queueFull are the new claims turned away because maxWaiters wait
 	// ahead of them.
 	queueFull  map[types.UID]bool
@@ -45,17 +48,17 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 
 	switch {
 	case in.foreign == "" && c.UID == in.ledger.HolderUID && in.lease != nil:
+		if st.Epoch == 0 && (in.unrecorded || in.ledger.IsNew()) {
+			// Nothing tells which epoch its grant issued: it is shown
+			// Held once the Lease is rewritten at a fresh one (decide).
+			return st, ""
+		}
+		if st.Epoch == 0 {
+			st.Epoch = in.ledger.Epoch
+		}
 		transition := ""
 		if st.Phase != fkv1.PhaseHeld {
-			if st.Epoch == 0 && in.ledger.IsNew() {
-				// Its grant's epoch is lost with the counter: it is
-				// granted when the Lease is repaired (decide), not before.
-				return st, ""
-			}
 			transition = fkv1.ReasonGranted
-			if st.Epoch == 0 {
-				st.Epoch = in.ledger.Epoch
-			}
 			st.Phase = fkv1.PhaseHeld
 			st.AcquireTime = microToTime(in.lease.Spec.AcquireTime)
 			st.RenewTime = microToTime(in.lease.Spec.RenewTime)
