@@ -177,7 +177,7 @@ func decide(s snapshot) action {
 		} else if next != nil {
 			if (s.ledger.IsNew() || a.unrecorded) && s.storageRevision == 0 {
 				// gather reads the revision first; without it, no grant.
-				return action{kind: actKeep, epoch: issued}
+				return action{kind: actKeep, epoch: issued, unrecorded: a.unrecorded}
 			}
 			a.kind, a.holder, a.epoch = actGrant, next, max(issued+1, s.storageRevision)
 			a.leaseDuration, a.requeueAfter = next.LeaseDurationSeconds(), next.LeaseDuration()
@@ -188,18 +188,26 @@ func decide(s snapshot) action {
 			if s.ledger.IsNew() || a.unrecorded {
 				start, ok := newLedgerStart(s, issued)
 				if !ok {
-					return action{kind: actKeep, epoch: issued}
+					return action{kind: actKeep, epoch: issued, unrecorded: a.unrecorded}
 				}
 				a.epoch, a.repaired = start, true
 			}
 			return a
 		}
 	}
-	if (a.holder != nil && a.unrecorded) || (repair && a.holder == nil && s.ledger.IsNew()) {
-		// A new ledger written without a holder, or a holder kept whose
-		// grant no status records while the counter cannot be its epoch:
-		// from the floor, that holder would share an earlier holder's
-		// epoch. Both start at the storage revision.
+	switch {
+	case a.holder != nil && a.unrecorded:
+		// A holder kept whose grant no status records, while the counter
+		// cannot be its epoch: from the counter or the floor it would
+		// share an earlier holder's epoch. It holds a fresh one, above
+		// everything issued and at least the storage revision.
+		if s.storageRevision == 0 || issued == math.MaxInt64 {
+			return a // shown Held only once a fresh epoch is written
+		}
+		a.epoch, a.repaired, repair = max(issued+1, s.storageRevision), true, true
+	case repair && a.holder == nil && s.ledger.IsNew():
+		// A new ledger written without a holder: the next grant counts up
+		// from it.
 		start, ok := newLedgerStart(s, issued)
 		if !ok {
 			return a

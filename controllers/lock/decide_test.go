@@ -59,6 +59,7 @@ func TestDecide(t *testing.T) {
 		end        holderEnd
 		repaired   bool
 		exhausted  bool
+		unrecorded bool
 		requeueMin time.Duration
 	}{
 		{name: "holder renewed recently keeps the lock; nothing written",
@@ -127,13 +128,25 @@ func TestDecide(t *testing.T) {
 		{name: "the same without the storage revision: nothing is written",
 			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true, HolderClaim: "w2", HolderUID: "uid-w2", LeaseDurationSeconds: 30},
 				claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 41, renewSeenAt: t0, now: t0},
-			kind: actKeep, holder: "w2", epoch: 41, repaired: true},
+			kind: actKeep, holder: "w2", epoch: 41, repaired: true, unrecorded: true},
 		{name: "a holder whose grant no status recorded, on a counter set back to the previous holder's epoch: kept at the storage revision",
 			snap: snapshot{ledger: held(41, "w2"), claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 41, storageRevision: 5000, renewSeenAt: t0, now: t0},
 			kind: actRepair, holder: "w2", epoch: 5000, repaired: true},
 		{name: "a holder whose grant no status recorded, on a counter below an epoch this process issued: kept at the storage revision",
 			snap: snapshot{ledger: held(30, "w2"), claims: []*fkv1.FencedLease{w2}, floor: 42, storageRevision: 5000, renewSeenAt: t0, now: t0},
 			kind: actRepair, holder: "w2", epoch: 5000, repaired: true},
+		{name: "a holder whose grant no status recorded, on a set-back counter, when epochs were raised by hand above the storage revision: one above everything issued",
+			snap: snapshot{ledger: held(9000000, "w2"), claims: []*fkv1.FencedLease{claim("w1", 0, fkv1.PhaseExpired, 9000000), w2}, floor: 9000000, storageRevision: 5000, renewSeenAt: t0, now: t0},
+			kind: actRepair, holder: "w2", epoch: 9000001, repaired: true},
+		{name: "a holder whose grant no status recorded, on a set-back counter, without the storage revision: nothing written, not shown Held",
+			snap: snapshot{ledger: held(41, "w2"), claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 41, renewSeenAt: t0, now: t0},
+			kind: actKeep, holder: "w2", epoch: 41, unrecorded: true},
+		{name: "a holder whose grant no status recorded, on a set-back counter, expired with a waiter, without the storage revision: nothing written, not shown Held",
+			snap: snapshot{ledger: held(41, "w2"), claims: []*fkv1.FencedLease{expiredW1, w2, w3}, floor: 41, renewSeenAt: t0, now: t0.Add(time.Minute)},
+			kind: actKeep, epoch: 41, unrecorded: true},
+		{name: "a holder whose grant no status recorded, on a set-back counter, expired, without the storage revision: nothing written, not shown Held",
+			snap: snapshot{ledger: held(41, "w2"), claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 41, renewSeenAt: t0, now: t0.Add(time.Minute)},
+			kind: actKeep, epoch: 41, unrecorded: true},
 		{name: "a holder whose grant no status recorded, on a counter above every other epoch: that counter is its grant, nothing written",
 			snap: snapshot{ledger: held(42, "w2"), claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 42, renewSeenAt: t0, now: t0},
 			kind: actKeep, holder: "w2", epoch: 42},
@@ -256,6 +269,10 @@ func TestDecide(t *testing.T) {
 			}
 			if a.repaired != tc.repaired {
 				t.Errorf("repaired = %v, want %v", a.repaired, tc.repaired)
+			}
+			if a.unrecorded != tc.unrecorded && (tc.unrecorded || a.kind == actKeep) {
+				// A no-write keep must carry it: act's status syncs use it.
+				t.Errorf("unrecorded = %v, want %v", a.unrecorded, tc.unrecorded)
 			}
 			if a.exhausted != tc.exhausted {
 				t.Errorf("exhausted = %v, want %v", a.exhausted, tc.exhausted)
