@@ -183,7 +183,7 @@ help: ## Show the targets by section, then the variables you can set.
 	@echo "  APISERVER_PORT           run, dev-up: kube-apiserver port on 127.0.0.1 (default 16443)"
 	@echo "  MANAGER_METRICS_ADDRESS  run, dev-up: manager metrics address (default 127.0.0.1:18080)"
 	@echo "  MANAGER_PROBE_ADDRESS    run, dev-up: manager health probe address (default 127.0.0.1:18081)"
-	@echo "  GUARDED_RESOURCES        run, dev-up: kinds the fencing webhook guards, RESOURCE[.GROUP][/VERSION],... (default configmaps)"
+	@echo "  GUARDED_RESOURCES        run, dev-up: kinds the fencing webhook guards, RESOURCE[.GROUP],... (default configmaps)"
 	@echo "  FENCING_MODE             run, dev-up: webhook (default) or cel (the fencing rules as admission policies inside the apiserver)"
 	@echo "  BARE=1                   run, dev-up: control plane only, no CRD/webhook/policy/manager (to try the Helm chart)"
 	@echo "  CLUSTER=full             run, dev-up: also kube-controller-manager and kwok (two fake nodes): real Deployments, GC, namespace deletion"

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -26,15 +27,22 @@ type GuardedResource struct {
 	Group, Version, Resource string
 }
 
+// apiVersion is what a Kubernetes API version looks like: v1, v2beta1.
+var apiVersion = regexp.MustCompile(`^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$`)
+
 // ParseGuardedResource parses "configmaps" (the core group, v1) or
-// "RESOURCE.GROUP[/VERSION]" such as "reports.reports.example.com/v1"
-// (all versions when VERSION is omitted).
+// "RESOURCE.GROUP[/VERSION]" such as "reports.reports.example.com". Every
+// version of the kind is fenced, whatever VERSION says (it is accepted, as
+// earlier releases documented it): matched at one version only, a write
+// through another would reach admission converted to it, where fields that
+// version cannot express are annotations outside fencekeeper.io/ (built-in
+// kinds) or gone (custom resources), and would pass as metadata-only.
 func ParseGuardedResource(s string) (GuardedResource, error) {
 	s = strings.TrimSpace(s)
 	name, version, _ := strings.Cut(s, "/")
 	resource, group, _ := strings.Cut(name, ".")
 	if resource == "" || strings.ContainsAny(s, " *,") {
-		return GuardedResource{}, fmt.Errorf("invalid guarded resource %q: want RESOURCE[.GROUP][/VERSION], e.g. configmaps or reports.reports.example.com/v1", s)
+		return GuardedResource{}, fmt.Errorf("invalid guarded resource %q: want RESOURCE[.GROUP], e.g. configmaps or reports.reports.example.com", s)
 	}
 	if strings.Contains(resource, "/") {
 		return GuardedResource{}, fmt.Errorf("invalid guarded resource %q: subresources are not fenced", s)
@@ -45,11 +53,12 @@ func ParseGuardedResource(s string) (GuardedResource, error) {
 		// pod's own admission: a fence there would have holes.
 		return GuardedResource{}, fmt.Errorf("invalid guarded resource %q: pods cannot be fenced (evictions, ephemeral containers and resizes bypass the pod's admission); request a lease for the pod with the fencekeeper.io/lease annotation and fence what it writes", s)
 	}
-	if version == "" {
-		version = "*"
-		if group == "" {
-			version = "v1"
-		}
+	if version != "" && !apiVersion.MatchString(version) {
+		return GuardedResource{}, fmt.Errorf("invalid guarded resource %q: %q is not an API version (subresources are not fenced on their own)", s, version)
+	}
+	version = "*"
+	if group == "" {
+		version = "v1" // the core group has no other
 	}
 	return GuardedResource{Group: group, Version: version, Resource: resource}, nil
 }

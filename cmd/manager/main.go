@@ -72,7 +72,7 @@ func main() {
 	flag.StringVar(&fencingMode, "fencing-mode", envOr("FENCING_MODE", controllers.FencingModeWebhook),
 		"How fenced writes are checked: \"webhook\" (the fencing admission webhook) or \"cel\" (admission policies inside the apiserver, which the manager applies and binds per lock, plus the webhook for the scale subresource; default $FENCING_MODE or webhook).")
 	flag.StringVar(&guarded, "guarded-resources", "configmaps",
-		"Comma-separated kinds the CEL-mode policies guard, RESOURCE[.GROUP][/VERSION] (--fencing-mode=cel; in webhook mode the webhook configuration lists them).")
+		"Comma-separated kinds the CEL-mode policies guard, RESOURCE[.GROUP], every version of each (--fencing-mode=cel; in webhook mode the webhook configuration lists them).")
 	flag.StringVar(&excludedNamespaces, "excluded-namespaces", "kube-system",
 		"Comma-separated namespaces the CEL-mode policies never check (--fencing-mode=cel; add the manager's own).")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the webhook server listens on.")

@@ -44,7 +44,7 @@ func main() {
 	flag.StringVar(&o.metricsAddr, "manager-metrics-address", envStr("MANAGER_METRICS_ADDRESS", "127.0.0.1:18080"), "Manager metrics address (env MANAGER_METRICS_ADDRESS).")
 	flag.StringVar(&o.probeAdr, "manager-probe-address", envStr("MANAGER_PROBE_ADDRESS", "127.0.0.1:18081"), "Manager health probe address (env MANAGER_PROBE_ADDRESS).")
 	flag.StringVar(&o.guarded, "guarded-resources", envStr("GUARDED_RESOURCES", strings.Join(webhook.DefaultGuardedResources, ",")),
-		"Kinds the fencing webhook guards, RESOURCE[.GROUP][/VERSION],... (env GUARDED_RESOURCES).")
+		"Kinds the fencing webhook guards, RESOURCE[.GROUP],... (every version of each; env GUARDED_RESOURCES).")
 	flag.StringVar(&o.fencingMode, "fencing-mode", envStr("FENCING_MODE", "webhook"),
 		"How fenced writes are checked: webhook (the fencing webhook) or cel (admission policies inside the apiserver) (env FENCING_MODE).")
 	flag.BoolVar(&o.bare, "bare", os.Getenv("BARE") == "1",

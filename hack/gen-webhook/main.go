@@ -17,7 +17,7 @@ import (
 
 func main() {
 	out := flag.String("out", "config/webhook/manifests.yaml", "Output file.")
-	guarded := flag.String("guarded-resources", strings.Join(webhook.DefaultGuardedResources, ","), "Comma-separated RESOURCE[.GROUP][/VERSION] list.")
+	guarded := flag.String("guarded-resources", strings.Join(webhook.DefaultGuardedResources, ","), "Comma-separated RESOURCE[.GROUP] list (every version of each is fenced).")
 	namespace := flag.String("namespace", "fencekeeper-system", "Namespace of the manager and its webhook Service.")
 	flag.Parse()
 

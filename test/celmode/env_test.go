@@ -55,7 +55,10 @@ func startBed(t testing.TB, mode string) *bed {
 	}
 	// Reports (test/crds) have a scale subresource: rule 7.
 	// Deployments keep the annotations a status write sends (statusWrites).
-	env := start(t, []string{"configmaps", "reports.reports.example.com/v1", "deployments.apps/v1"}, filepath.Join(envtestutil.RepoRoot(), "test", "crds"))
+	// HorizontalPodAutoscalers are listed at v1 and written through v2 too
+	// (otherVersions).
+	env := start(t, []string{"configmaps", "reports.reports.example.com/v1", "deployments.apps/v1", "horizontalpodautoscalers.autoscaling/v1"},
+		filepath.Join(envtestutil.RepoRoot(), "test", "crds"))
 	b := &bed{t: t, mode: mode, env: env}
 	b.admin = newClient(t, env.Admin)
 	var err2 error

@@ -15,6 +15,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -517,6 +518,7 @@ func TestCELMode(t *testing.T) {
 			t.Run("current after a handoff", func(t *testing.T) { currentAfterHandoff(t, b) })
 			t.Run("scale subresource", func(t *testing.T) { scaleFenced(t, b) })
 			t.Run("status subresource", func(t *testing.T) { statusWrites(t, b) })
+			t.Run("a write through another version of the kind", func(t *testing.T) { otherVersions(t, b) })
 			if mode == modeWebhook {
 				t.Run("CEL-mode policies left behind by a switch to webhook mode", func(t *testing.T) { celLeftovers(t, b) })
 			}
@@ -727,6 +729,53 @@ func scaleFenced(t *testing.T, b *bed) {
 	expect("a scale PUT presenting no epoch", putScale(0, 9), fkv1.AdmissionMissingEpoch, 4)
 	expect("the old holder's scale PUT", putScale(w1.Status.Epoch, 9), fkv1.AdmissionNotCurrentEpoch, 4)
 	expect("the holder's scale PUT", putScale(w2.Status.Epoch, 5), "", 5)
+}
+
+// otherVersions: HorizontalPodAutoscalers are guarded as
+// "horizontalpodautoscalers.autoscaling/v1", yet a write through
+// autoscaling/v2 is fenced as well. Were only v1 matched, the apiserver
+// would convert a v2 write to v1 for admission, where the v2-only fields
+// (spec.behavior, metrics other than CPU) are annotations outside
+// fencekeeper.io/: the write would look metadata-only and pass without an
+// epoch, from anyone.
+func otherVersions(t *testing.T, b *bed) {
+	ctx := context.Background()
+	s, w1 := b.held(t)
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "report",
+			Labels:      map[string]string{fkv1.LabelLock: lockName},
+			Annotations: map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(w1.Status.Epoch)}},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "report"},
+			MaxReplicas:    3,
+		},
+	}
+	s.must(b.admin.Create(ctx, hpa))
+	behavior := func() string {
+		var got autoscalingv2.HorizontalPodAutoscaler
+		s.must(b.admin.Get(ctx, client.ObjectKeyFromObject(hpa), &got))
+		return fmt.Sprint(got.Spec.Behavior)
+	}
+	before := behavior()
+	ref := &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "report"}}
+	err := b.mallory.Patch(ctx, ref, client.RawPatch(types.MergePatchType,
+		[]byte(`{"spec":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":5}}}}`)))
+	if got := reasonOf(err); got != fkv1.AdmissionMissingEpoch {
+		t.Fatalf("a v2 write of a v2-only field without an epoch got %q (%v), want %q", got, err, fkv1.AdmissionMissingEpoch)
+	}
+	if after := behavior(); after != before {
+		t.Fatalf("the refused v2 write changed spec.behavior: %s -> %s", before, after)
+	}
+	// The version listed is fenced as before.
+	v1ref := &autoscalingv1.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "report"}}
+	err = b.mallory.Patch(ctx, v1ref, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"maxReplicas":9}}`)))
+	if got := reasonOf(err); got != fkv1.AdmissionMissingEpoch {
+		t.Fatalf("a v1 write without an epoch got %q (%v), want %q", got, err, fkv1.AdmissionMissingEpoch)
+	}
+	// The holder's v2 write, presenting its epoch, passes.
+	s.must(b.admin.Patch(ctx, ref, client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(
+		`{"metadata":{"annotations":{%q:%q}},"spec":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":7}}}}`,
+		fkv1.AnnotationEpoch, fkv1.FormatEpoch(w1.Status.Epoch))))))
 }
 
 // statusWrites: a status write is not fenced (rule 7), but a Deployment

@@ -101,6 +101,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Entry("unknown top-level key", "replicas=2", "additional properties 'replicas' not allowed"),
 		Entry("bad guarded resource", "guardedResources={Config_Maps}", "guardedResources"),
 		Entry("pods guarded", "guardedResources={configmaps,pods}", "guardedResources: pods cannot be fenced"),
+		Entry("a subresource guarded", "guardedResources={configmaps/status}", `guardedResources: "configmaps/status": "status" is not an API version`),
 		Entry("timeout out of range", "webhook.timeoutSeconds=60", "timeoutSeconds"),
 		Entry("bad expired-claim retention", "claims.expiredRetention=1day", "expiredRetention"),
 		Entry("cert-manager asked for, not served", "certManager.enabled=true",
@@ -226,6 +227,27 @@ var _ = Describe("Helm chart", Ordered, func() {
 			Expect(chart[p]["spec"]).NotTo(BeNil(), p)
 			Expect(chart[p]["spec"]).To(Equal(config[p]["spec"]), p)
 		}
+	})
+
+	It("matches every version of a guarded kind, as the manager does, even when a version is listed", func() {
+		list := []string{"configmaps", "reports.reports.example.com/v1", "horizontalpodautoscalers.autoscaling/v1"}
+		out, errOut, err := helm("template", "fk", chartDir, "--set", "guardedResources={"+strings.Join(list, ",")+"}")
+		Expect(err).NotTo(HaveOccurred(), errOut)
+		cws := byKindName(out)["MutatingWebhookConfiguration/fk-fencekeeper-fencing"]["webhooks"].([]any)
+		guarded, err := webhook.ParseGuardedResources(list)
+		Expect(err).NotTo(HaveOccurred())
+		raw, err := yaml.Marshal(webhook.FencingWebhookConfiguration(webhook.ConfigOptions{Guarded: guarded}).Webhooks)
+		Expect(err).NotTo(HaveOccurred())
+		var kws []any
+		Expect(yaml.Unmarshal(raw, &kws)).To(Succeed())
+		Expect(cws).To(HaveLen(len(kws)))
+		for i := range kws {
+			Expect(cws[i].(map[string]any)["rules"]).To(Equal(kws[i].(map[string]any)["rules"]), "webhook %d", i)
+		}
+		Expect(out).To(ContainSubstring(`apiGroups: ["autoscaling"]
+        apiVersions: ["*"]`))
+		Expect(out).NotTo(ContainSubstring(`apiVersions: ["v1"]
+        resources: ["reports"]`))
 	})
 
 	It("gives the manager enough RBAC to grant, renew and admit, and no more", func() {
