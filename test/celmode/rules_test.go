@@ -7,6 +7,7 @@ package celmode_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -766,11 +767,23 @@ func otherVersions(t *testing.T, b *bed) {
 	if after := behavior(); after != before {
 		t.Fatalf("the refused v2 write changed spec.behavior: %s -> %s", before, after)
 	}
-	// The version listed is fenced as before.
+	// The version listed is fenced as before, and there the v2-only fields
+	// are annotations: content all the same.
 	v1ref := &autoscalingv1.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "report"}}
 	err = b.mallory.Patch(ctx, v1ref, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"maxReplicas":9}}`)))
 	if got := reasonOf(err); got != fkv1.AdmissionMissingEpoch {
 		t.Fatalf("a v1 write without an epoch got %q (%v), want %q", got, err, fkv1.AdmissionMissingEpoch)
+	}
+	behaviorV1, _ := json.Marshal(map[string]any{"ScaleDown": map[string]any{"StabilizationWindowSeconds": 5, "SelectPolicy": "Max",
+		"Policies": []any{map[string]any{"Type": "Pods", "Value": 1, "PeriodSeconds": 60}}}})
+	annotationPatch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		"autoscaling.alpha.kubernetes.io/behavior": string(behaviorV1)}}})
+	err = b.mallory.Patch(ctx, v1ref, client.RawPatch(types.MergePatchType, annotationPatch))
+	if got := reasonOf(err); got != fkv1.AdmissionMissingEpoch {
+		t.Fatalf("a v1 write of spec.behavior's annotation without an epoch got %q (%v), want %q", got, err, fkv1.AdmissionMissingEpoch)
+	}
+	if after := behavior(); after != before {
+		t.Fatalf("a v1 write of spec.behavior's annotation changed spec.behavior: %s -> %s", before, after)
 	}
 	// The holder's v2 write, presenting its epoch, passes.
 	s.must(b.admin.Patch(ctx, ref, client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(

@@ -417,7 +417,8 @@ func markOf(u *unstructured.Unstructured) int64 {
 }
 
 // ContentChanged reports whether an update changes anything outside metadata
-// and status, or any fencekeeper.io/ label or annotation.
+// and status, any fencekeeper.io/ label or annotation, or an annotation that
+// holds content at the version written (contentAnnotation).
 func ContentChanged(old, obj *unstructured.Unstructured) bool {
 	if old == nil || obj == nil {
 		return true
@@ -430,7 +431,33 @@ func ContentChanged(old, obj *unstructured.Unstructured) bool {
 		return true
 	}
 	return !equality.Semantic.DeepEqual(fenceKeys(old.GetLabels()), fenceKeys(obj.GetLabels())) ||
-		!equality.Semantic.DeepEqual(fenceKeys(old.GetAnnotations()), fenceKeys(obj.GetAnnotations()))
+		!equality.Semantic.DeepEqual(contentAnnotations(old.GetAnnotations()), contentAnnotations(obj.GetAnnotations()))
+}
+
+// hpaV1Prefix: autoscaling/v1 keeps the HorizontalPodAutoscaler spec fields
+// it cannot express (spec.behavior, metrics other than CPU, tolerances) in
+// annotations under this prefix, and the apiserver stores what they say as
+// those fields. Written through autoscaling/v1, they are content. Its
+// status fields there are not (status is not fenced).
+const hpaV1Prefix = "autoscaling.alpha.kubernetes.io/"
+
+var hpaV1Status = map[string]bool{hpaV1Prefix + "current-metrics": true, hpaV1Prefix + "conditions": true}
+
+// contentAnnotation reports whether a change of annotation k is a content
+// change: the fencekeeper.io/ ones, and those that carry spec fields
+// (hpaV1Prefix; policies.yaml says the same in CEL).
+func contentAnnotation(k string) bool {
+	return strings.HasPrefix(k, fkv1.Prefix) || (strings.HasPrefix(k, hpaV1Prefix) && !hpaV1Status[k])
+}
+
+func contentAnnotations(m map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		if contentAnnotation(k) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func content(o map[string]any) map[string]any {

@@ -284,3 +284,38 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+func TestContentChangedAnnotations(t *testing.T) {
+	withAnnotation := func(k, v string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"maxReplicas": int64(3)}}}
+		if k != "" {
+			u.SetAnnotations(map[string]string{k: v})
+		}
+		return u
+	}
+	for _, tc := range []struct {
+		key  string
+		want bool
+	}{
+		{"fencekeeper.io/fence-identity", true},
+		// autoscaling/v1 carries these HorizontalPodAutoscaler spec fields
+		// in annotations; the apiserver stores them as the fields.
+		{"autoscaling.alpha.kubernetes.io/behavior", true},
+		{"autoscaling.alpha.kubernetes.io/metrics", true},
+		{"autoscaling.alpha.kubernetes.io/scale-up-tolerance", true},
+		// ... and these status fields, which are not fenced.
+		{"autoscaling.alpha.kubernetes.io/conditions", false},
+		{"autoscaling.alpha.kubernetes.io/current-metrics", false},
+		{"example.com/note", false},
+	} {
+		if got := ContentChanged(withAnnotation("", ""), withAnnotation(tc.key, "x")); got != tc.want {
+			t.Errorf("adding annotation %s: ContentChanged = %v, want %v", tc.key, got, tc.want)
+		}
+		if got := ContentChanged(withAnnotation(tc.key, "x"), withAnnotation(tc.key, "y")); got != tc.want {
+			t.Errorf("changing annotation %s: ContentChanged = %v, want %v", tc.key, got, tc.want)
+		}
+		if got := ContentChanged(withAnnotation(tc.key, "x"), withAnnotation("", "")); got != tc.want {
+			t.Errorf("removing annotation %s: ContentChanged = %v, want %v", tc.key, got, tc.want)
+		}
+	}
+}
