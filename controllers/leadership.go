@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/fencekeeper/fencekeeper/pkg/elapsed"
 )
 
 // LeaderElectionID names the manager's leader-election Lease.
@@ -125,6 +127,5 @@ func (l *LeadershipLock) Current() bool {
 	if t == nil {
 		return false
 	}
-	elapsed := max(time.Since(*t), time.Now().Round(0).Sub(t.Round(0)))
-	return elapsed < l.renewDeadline
+	return elapsed.Since(*t) < l.renewDeadline
 }

@@ -117,7 +117,9 @@ func runHeld(o *options, l *lease.Lease, ns string, argv []string, sig syscall.S
 	defer signal.Stop(forward)
 
 	var waitErr error
-	lost := false
+	// done is set to nil once handled: a closed channel stays ready, and the
+	// loop would spin until the child exits.
+	done := l.Done()
 loop:
 	for {
 		select {
@@ -125,11 +127,11 @@ loop:
 			break loop
 		case s := <-forward:
 			_ = child.Process.Signal(s)
-		case <-l.Done():
-			if l.State() != lease.Lost || lost {
+		case <-done:
+			done = nil
+			if l.State() != lease.Lost {
 				continue
 			}
-			lost = true
 			out(o.streams.ErrOut, "kubectl-fence: lease on %s/%s lost (epoch %d); sending %v to %s\n", ns, l.Lock, l.Epoch, sig, argv[0])
 			_ = child.Process.Signal(sig)
 			go func() {

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/pkg/elapsed"
 )
 
 // Lease is one acquired lease: its identity (the claim UID), its epoch and
@@ -45,13 +46,15 @@ type Lease struct {
 	mu          sync.Mutex
 	state       State
 	lastAckSent time.Time             // send time of the last acknowledged renewal
+	// since is elapsed.Since (tests play a suspend with another).
+	since func(time.Time) time.Duration
 	lease       *coordinationv1.Lease // last Lease we read or wrote
 }
 
 func newLease(c *Client, lock, holder string, opts Options) *Lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Lease{Lock: lock, Holder: holder, Namespace: c.namespace, cl: c, opts: opts,
-		ctx: ctx, cancel: cancel, stop: make(chan struct{}), state: Idle}
+		ctx: ctx, cancel: cancel, stop: make(chan struct{}), state: Idle, since: elapsed.Since}
 }
 
 // Context is cancelled when the lease is lost or released: derive the work's
@@ -61,11 +64,20 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // Done is closed when the lease is lost or released.
 func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 
-// State is the current state.
+// State is the current state. A lease whose safe time has run out is LOST
+// at once, even if its timers have not fired yet (they run late after the
+// machine was suspended).
 func (l *Lease) State() State {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.state
+	s, rem := l.state, l.remainingLocked()
+	l.mu.Unlock()
+	if (s == Held || s == Suspect) && rem <= 0 {
+		l.transition(Lost, fmt.Sprintf("no renewal acknowledged for a TTL (%v)", l.TTL))
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.state
+	}
+	return s
 }
 
 // Remaining is the safe time left by this client's own clock: TTL after the
@@ -80,7 +92,9 @@ func (l *Lease) remainingLocked() time.Duration {
 	if l.lastAckSent.IsZero() {
 		return 0
 	}
-	return time.Until(l.lastAckSent.Add(l.TTL))
+	// By the longer of the monotonic and the wall clock: the monotonic one
+	// stands still while the machine is suspended.
+	return l.TTL - l.since(l.lastAckSent)
 }
 
 // transition moves to a new state (final states stay final) and reports it.
@@ -132,7 +146,7 @@ func (l *Lease) lossTimer() {
 			l.transition(Lost, fmt.Sprintf("no renewal acknowledged for a TTL (%v)", l.TTL))
 			return
 		}
-		t := time.NewTimer(rem)
+		t := time.NewTimer(min(rem, elapsed.Poll)) // late after a suspend: look again
 		select {
 		case <-l.stop:
 			t.Stop()
