@@ -45,10 +45,10 @@ type Lease struct {
 
 	mu          sync.Mutex
 	state       State
-	lastAckSent time.Time // send time of the last acknowledged renewal
+	lastAckSent time.Time             // send time of the last acknowledged renewal
+	lease       *coordinationv1.Lease // last Lease we read or wrote
 	// since is elapsed.Since (tests play a suspend with another).
 	since func(time.Time) time.Duration
-	lease *coordinationv1.Lease // last Lease we read or wrote
 }
 
 func newLease(c *Client, lock, holder string, opts Options) *Lease {
