@@ -426,6 +426,19 @@ var _ = Describe("Lock controller", func() {
 		h.verifyClaims() // also: never Held without an epoch
 	})
 
+	// The holder's library counts its safe time by its claim's TTL; a Lease
+	// whose TTL was cut by hand (the guard off) must not expire it sooner.
+	It("keeps the holder's TTL when the Lease's is cut by hand, and repairs it", func() {
+		startDefault()
+		c1 := createClaim(ns, "c1", "ttl-cut", "W1", 30)
+		eventuallyPhase(ns, c1.Name, fkv1.PhaseHeld)
+		l := getLease(ns, "ttl-cut")
+		l.Spec.LeaseDurationSeconds = ptr.To(int32(1))
+		Expect(k8s.Update(ctx, l)).To(Succeed())
+		Eventually(func() int32 { return ptr.Deref(getLease(ns, "ttl-cut").Spec.LeaseDurationSeconds, 0) }, 10*time.Second).Should(Equal(int32(30)))
+		Consistently(func() fkv1.FencedLeasePhase { return getClaim(ns, c1.Name).Status.Phase }, 3*time.Second).Should(Equal(fkv1.PhaseHeld))
+	})
+
 	It("issues an epoch above every earlier one after the Lease is edited to a lower epoch", func() {
 		m := startManager(time.Second)
 		var e int64

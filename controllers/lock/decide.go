@@ -145,12 +145,14 @@ func decide(s snapshot) action {
 		case broken(holder):
 			a.end = holderForced
 		default:
-			// The TTL in force is the one the Lease recorded at grant.
-			a.leaseDuration = s.ledger.LeaseDurationSeconds
-			if a.leaseDuration < 1 {
-				// A Lease that lost its TTL: the holder's claim says, and the
-				// Lease is repaired.
-				a.leaseDuration, repair = holder.LeaseDurationSeconds(), true
+			// The TTL in force is the one the Lease recorded at grant, which
+			// is the holder's claim's (immutable, and what its library counts
+			// its safe time by). A Lease whose TTL is shorter, or gone, was
+			// edited after the grant (the guard off): it must not expire the
+			// holder early, and is repaired. A longer one is kept.
+			a.leaseDuration = max(s.ledger.LeaseDurationSeconds, holder.LeaseDurationSeconds())
+			if a.leaseDuration != s.ledger.LeaseDurationSeconds {
+				repair = true
 			}
 			ttl := time.Duration(a.leaseDuration) * time.Second
 			left := ttl // a live pod renews its lease by being live
