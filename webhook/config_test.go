@@ -19,6 +19,7 @@ func TestParseGuardedResource(t *testing.T) {
 		{in: "configmaps/v1", want: GuardedResource{Version: "v1", Resource: "configmaps"}},
 		{in: "configmaps/status", wantErr: `"status" is not an API version`},
 		{in: "deployments.apps/scale", wantErr: `"scale" is not an API version`},
+		{in: "deployments.apps/v1/scale", wantErr: `"v1/scale" is not an API version`},
 		{in: "reports.reports.example.com", want: GuardedResource{Group: "reports.example.com", Version: "*", Resource: "reports"}},
 		{in: "pods", wantErr: "pods cannot be fenced"},
 		{in: "pods/v1", wantErr: "pods cannot be fenced"},

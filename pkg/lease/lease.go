@@ -64,20 +64,18 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // Done is closed when the lease is lost or released.
 func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 
-// State is the current state. A lease whose safe time has run out is LOST
-// at once, even if its timers have not fired yet (they run late after the
-// machine was suspended).
+// State is the current state. A lease whose safe time has run out reads
+// LOST at once, even before its timers make the transition (they run late
+// after the machine was suspended, by up to elapsed.Poll). State only
+// reads: a transition here would run OnTransition inside the caller's
+// locks.
 func (l *Lease) State() State {
 	l.mu.Lock()
-	s, rem := l.state, l.remainingLocked()
-	l.mu.Unlock()
-	if (s == Held || s == Suspect) && rem <= 0 {
-		l.transition(Lost, fmt.Sprintf("no renewal acknowledged for a TTL (%v)", l.TTL))
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.state
+	defer l.mu.Unlock()
+	if (l.state == Held || l.state == Suspect) && l.remainingLocked() <= 0 {
+		return Lost
 	}
-	return s
+	return l.state
 }
 
 // Remaining is the safe time left by this client's own clock: TTL after the

@@ -34,14 +34,22 @@ func TestASuspendedHolderWakesUpLost(t *testing.T) {
 		t.Fatalf("Remaining after an hour asleep = %v, want none", rem)
 	}
 	// Its timers have not fired (they run on the monotonic clock): State
-	// must not say HELD all the same.
+	// must not say HELD all the same. It only reads (the transition, and
+	// Done, come from the loss timer: the next test).
 	if s := l.State(); s != Lost {
 		t.Fatalf("State after an hour asleep = %s, want %s", s, Lost)
 	}
-	select {
-	case <-l.Done():
-	default:
-		t.Fatal("the lease's context was not cancelled at LOST")
+}
+
+// State is called with callers' locks held (pkg/election's Get): it must
+// never run OnTransition, which may take those locks again.
+func TestStateRunsNoCallback(t *testing.T) {
+	l := heldLease()
+	called := false
+	l.opts.OnTransition = func(Transition) { called = true }
+	suspend(l)
+	if s := l.State(); s != Lost || called {
+		t.Fatalf("State = %s, OnTransition called = %v; want LOST without a callback", s, called)
 	}
 }
 

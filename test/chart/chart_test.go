@@ -102,6 +102,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Entry("bad guarded resource", "guardedResources={Config_Maps}", "guardedResources"),
 		Entry("pods guarded", "guardedResources={configmaps,pods}", "guardedResources: pods cannot be fenced"),
 		Entry("a subresource guarded", "guardedResources={configmaps/status}", `guardedResources: "configmaps/status": "status" is not an API version`),
+		Entry("a subresource guarded after a version", "guardedResources={deployments.apps/v1/scale}", `"v1/scale" is not an API version`),
 		Entry("timeout out of range", "webhook.timeoutSeconds=60", "timeoutSeconds"),
 		Entry("bad expired-claim retention", "claims.expiredRetention=1day", "expiredRetention"),
 		Entry("cert-manager asked for, not served", "certManager.enabled=true",
