@@ -31,6 +31,7 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/controllers/celbinding"
+	"github.com/fencekeeper/fencekeeper/controllers/celpolicies"
 	"github.com/fencekeeper/fencekeeper/controllers/celcleanup"
 	"github.com/fencekeeper/fencekeeper/controllers/claimcleanup"
 	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
@@ -233,26 +234,15 @@ func (a authorityViews) FreshView(l types.NamespacedName) (int64, int64, bool) {
 	return v.HeldEpoch, v.Floor, ok
 }
 
-// setupCELMode applies the CEL-mode admission policies once the manager
-// starts (every replica; the apply is idempotent) and runs the reconciler
-// that keeps the per-lock bindings.
+// setupCELMode runs the reconcilers that keep the CEL-mode admission
+// policies applied (put back when deleted or edited) and the per-lock
+// bindings.
 func setupCELMode(mgr ctrl.Manager, o Options, copts controller.Options) error {
 	policies, err := celmode.Render(celmode.Options{Guarded: o.Guarded, ExcludedNamespaces: o.ExcludedNamespaces})
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		log := ctrl.LoggerFrom(ctx).WithName("cel-mode")
-		return wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt32},
-			func(ctx context.Context) (bool, error) {
-				if err := celmode.Install(ctx, mgr.GetClient(), policies); err != nil {
-					log.Error(err, "applying the CEL-mode admission policies; retrying")
-					return false, nil
-				}
-				log.Info("CEL-mode admission policies applied")
-				return true, nil
-			})
-	})); err != nil {
+	if err := celpolicies.NewReconciler(mgr.GetClient(), policies).SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
 	return celbinding.NewReconciler(mgr.GetClient()).SetupWithManager(mgr, copts)

@@ -523,6 +523,9 @@ func TestCELMode(t *testing.T) {
 			if mode == modeWebhook {
 				t.Run("CEL-mode policies left behind by a switch to webhook mode", func(t *testing.T) { celLeftovers(t, b) })
 			}
+			if mode == modeCEL {
+				t.Run("a deleted policy is put back", func(t *testing.T) { policiesPutBack(t, b) })
+			}
 		})
 	}
 }
@@ -903,6 +906,59 @@ func statusWrites(t *testing.T, b *bed) {
 	s.must(b.admin.Get(ctx, client.ObjectKeyFromObject(d), &got))
 	if got.Annotations[fkv1.AnnotationFencedEpoch] != fkv1.FormatEpoch(w1.Status.Epoch) || got.Annotations["example.com/note"] != "x" {
 		t.Fatalf("after an allowed status write the annotations are %v", got.Annotations)
+	}
+}
+
+// policiesPutBack: the per-lock bindings select the policies by name, and
+// the apiserver ignores a binding whose policy is gone, so a deleted policy
+// (by hand, or by a webhook-mode replica's cleanup during a switch) would
+// leave every lock unfenced. The manager applies them again.
+func policiesPutBack(t *testing.T, b *bed) {
+	ctx := context.Background()
+	s, w1 := b.held(t)
+	s.must(b.admin.Create(ctx, configMap(s.ns, "report", lockName, map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(w1.Status.Epoch)}, "v1")))
+	policies := []client.Object{&admissionregistrationv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: celmode.PolicyName}}}
+	for _, name := range []string{celmode.PolicyName, celmode.BasePolicyName, celmode.LeaseRequiredPolicyName} {
+		policies = append(policies, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	}
+	deleted := map[string]types.UID{}
+	for _, p := range policies {
+		s.must(b.admin.Get(ctx, client.ObjectKeyFromObject(p), p))
+		deleted[fmt.Sprintf("%T", p)+p.GetName()] = p.GetUID()
+		s.must(b.admin.Delete(ctx, p))
+	}
+	// Each comes back as a new object (the apiserver may go on enforcing a
+	// deleted policy for a moment from its cache, so enforcement alone would
+	// not show it).
+	for _, p := range policies {
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			err := b.admin.Get(ctx, client.ObjectKeyFromObject(p), p)
+			return err == nil && p.GetUID() != deleted[fmt.Sprintf("%T", p)+p.GetName()], client.IgnoreNotFound(err)
+		})
+		if err != nil {
+			t.Fatalf("%T %s was not put back: %v", p, p.GetName(), err)
+		}
+	}
+	b.waitForPolicies()
+	// A write without an epoch is refused again, by the lock's own policy,
+	// once the apiserver has loaded it (probed with dry runs, which write
+	// nothing; then a real write).
+	dryRun := func() error {
+		cm := s.get()
+		cm.Data = map[string]string{"report": "stale"}
+		return b.mallory.Update(ctx, cm, client.DryRunAll)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return reasonOf(dryRun()) == fkv1.AdmissionMissingEpoch, nil
+	})
+	if err != nil {
+		t.Fatalf("a token-less write to a fenced object is not refused after the policies were deleted: %v", dryRun())
+	}
+	if got := reasonOf(s.update(b.mallory, 0, data("stale"))); got != fkv1.AdmissionMissingEpoch {
+		t.Fatalf("a token-less write got %q, want %q", got, fkv1.AdmissionMissingEpoch)
+	}
+	if got := s.get().Data["report"]; got != "v1" {
+		t.Fatalf("the refused write changed the object: %q", got)
 	}
 }
 

@@ -177,7 +177,9 @@ func subresourceRules(guarded []webhook.GuardedResource, sub string) []admission
 // the fields over from whoever changed them).
 func Install(ctx context.Context, c client.Client, p Policies) error {
 	for _, obj := range p.Objects() {
-		if err := apply(ctx, c, obj); err != nil {
+		// apply reads the live object into what it is given: p stays as
+		// rendered, for the next Install.
+		if err := apply(ctx, c, obj.DeepCopyObject().(client.Object)); err != nil {
 			return err
 		}
 	}
