@@ -31,8 +31,8 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/controllers/celbinding"
-	"github.com/fencekeeper/fencekeeper/controllers/celpolicies"
 	"github.com/fencekeeper/fencekeeper/controllers/celcleanup"
+	"github.com/fencekeeper/fencekeeper/controllers/celpolicies"
 	"github.com/fencekeeper/fencekeeper/controllers/claimcleanup"
 	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
 	"github.com/fencekeeper/fencekeeper/controllers/lock"
