@@ -368,13 +368,7 @@ var _ = Describe("Lock controller", func() {
 		m.Stop()
 
 		By("doing a takeover's Lease write by hand, as a controller that died right after it")
-		l := getLease(ns, "heal")
-		l.Annotations[fkv1.AnnotationEpoch] = epochString(e + 1)
-		l.Annotations[fkv1.AnnotationPreviousClaimUID] = string(a.UID)
-		l.Annotations[fkv1.AnnotationClaim] = b.Name
-		l.Annotations[fkv1.AnnotationClaimUID] = string(b.UID)
-		l.Spec.HolderIdentity = ptr.To("B")
-		Expect(k8s.Update(ctx, l)).To(Succeed())
+		grantByHand(ns, "heal", a, b, e+1)
 
 		m2 := startManager(time.Second)
 		DeferCleanup(m2.Stop)
@@ -404,14 +398,8 @@ var _ = Describe("Lock controller", func() {
 			m.Stop()
 
 			By(fmt.Sprintf("%s: a takeover's Lease write by hand, as a controller that died right after it, then an admin sets the counter to %q", lock, tamper(e)))
+			grantByHand(ns, lock, a, b, e+1)
 			l := getLease(ns, lock)
-			l.Annotations[fkv1.AnnotationEpoch] = epochString(e + 1)
-			l.Annotations[fkv1.AnnotationPreviousClaimUID] = string(a.UID)
-			l.Annotations[fkv1.AnnotationClaim] = b.Name
-			l.Annotations[fkv1.AnnotationClaimUID] = string(b.UID)
-			l.Spec.HolderIdentity = ptr.To("B")
-			Expect(k8s.Update(ctx, l)).To(Succeed())
-			l = getLease(ns, lock)
 			l.Annotations[fkv1.AnnotationEpoch] = tamper(e)
 			Expect(k8s.Update(ctx, l)).To(Succeed())
 			rev := storageRevision()
@@ -600,4 +588,17 @@ func leaseAnnotation(ns, lock, key string) string {
 		return ""
 	}
 	return l.Annotations[key]
+}
+
+// grantByHand writes the Lease of lock as a takeover from a to b at epoch
+// would, without the claim statuses: a controller that died right after its
+// grant's Lease write.
+func grantByHand(ns, lock string, a, b *fkv1.FencedLease, epoch int64) {
+	l := getLease(ns, lock)
+	l.Annotations[fkv1.AnnotationEpoch] = epochString(epoch)
+	l.Annotations[fkv1.AnnotationPreviousClaimUID] = string(a.UID)
+	l.Annotations[fkv1.AnnotationClaim] = b.Name
+	l.Annotations[fkv1.AnnotationClaimUID] = string(b.UID)
+	l.Spec.HolderIdentity = ptr.To(b.Spec.HolderIdentity)
+	ExpectWithOffset(1, k8s.Update(ctx, l)).To(Succeed())
 }
