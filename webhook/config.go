@@ -44,9 +44,6 @@ func ParseGuardedResource(s string) (GuardedResource, error) {
 	if resource == "" || strings.ContainsAny(s, " *,") {
 		return GuardedResource{}, fmt.Errorf("invalid guarded resource %q: want RESOURCE[.GROUP], e.g. configmaps or reports.reports.example.com", s)
 	}
-	if strings.Contains(resource, "/") {
-		return GuardedResource{}, fmt.Errorf("invalid guarded resource %q: subresources are not fenced", s)
-	}
 	if resource == "pods" && group == "" {
 		// An eviction deletes a pod, and ephemeral containers and resizes
 		// change one, through subresources whose writes never pass the

@@ -170,6 +170,9 @@ func decide(s snapshot) action {
 		}
 	}
 
+	// noWrite waits for gather's storage-revision read: nothing is written,
+	// and an unrecorded holder is not shown Held meanwhile.
+	noWrite := func() action { return action{kind: actKeep, epoch: issued, unrecorded: a.unrecorded} }
 	if a.holder == nil {
 		// The ended holder is never a waiter: grantable skips the Lease's holder.
 		if next := nextReadyWaiter(s.claims, s.ledger, s.waiterPods); next != nil && issued == math.MaxInt64 {
@@ -178,8 +181,7 @@ func decide(s snapshot) action {
 			a.exhausted = true
 		} else if next != nil {
 			if (s.ledger.IsNew() || a.unrecorded) && s.storageRevision == 0 {
-				// gather reads the revision first; without it, no grant.
-				return action{kind: actKeep, epoch: issued, unrecorded: a.unrecorded}
+				return noWrite()
 			}
 			a.kind, a.holder, a.epoch = actGrant, next, max(issued+1, s.storageRevision)
 			a.leaseDuration, a.requeueAfter = next.LeaseDurationSeconds(), next.LeaseDuration()
@@ -190,7 +192,7 @@ func decide(s snapshot) action {
 			if s.ledger.IsNew() || a.unrecorded {
 				start, ok := newLedgerStart(s, issued)
 				if !ok {
-					return action{kind: actKeep, epoch: issued, unrecorded: a.unrecorded}
+					return noWrite()
 				}
 				a.epoch, a.repaired = start, true
 			}

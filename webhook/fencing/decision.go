@@ -430,8 +430,8 @@ func ContentChanged(old, obj *unstructured.Unstructured) bool {
 	if addsOwner(old, obj) {
 		return true
 	}
-	return !equality.Semantic.DeepEqual(fenceKeys(old.GetLabels()), fenceKeys(obj.GetLabels())) ||
-		!equality.Semantic.DeepEqual(contentAnnotations(old.GetAnnotations()), contentAnnotations(obj.GetAnnotations()))
+	return !equality.Semantic.DeepEqual(keysWhere(old.GetLabels(), fenceKey), keysWhere(obj.GetLabels(), fenceKey)) ||
+		!equality.Semantic.DeepEqual(keysWhere(old.GetAnnotations(), contentAnnotation), keysWhere(obj.GetAnnotations(), contentAnnotation))
 }
 
 // hpaV1Prefix: autoscaling/v1 keeps the HorizontalPodAutoscaler spec fields
@@ -447,18 +447,10 @@ var hpaV1Status = map[string]bool{hpaV1Prefix + "current-metrics": true, hpaV1Pr
 // change: the fencekeeper.io/ ones, and those that carry spec fields
 // (hpaV1Prefix; policies.yaml says the same in CEL).
 func contentAnnotation(k string) bool {
-	return strings.HasPrefix(k, fkv1.Prefix) || (strings.HasPrefix(k, hpaV1Prefix) && !hpaV1Status[k])
+	return fenceKey(k) || (strings.HasPrefix(k, hpaV1Prefix) && !hpaV1Status[k])
 }
 
-func contentAnnotations(m map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range m {
-		if contentAnnotation(k) {
-			out[k] = v
-		}
-	}
-	return out
-}
+func fenceKey(k string) bool { return strings.HasPrefix(k, fkv1.Prefix) }
 
 func content(o map[string]any) map[string]any {
 	out := make(map[string]any, len(o))
@@ -472,10 +464,11 @@ func content(o map[string]any) map[string]any {
 	return out
 }
 
-func fenceKeys(m map[string]string) map[string]string {
+// keysWhere is the part of m whose keys keep says.
+func keysWhere(m map[string]string, keep func(string) bool) map[string]string {
 	out := map[string]string{}
 	for k, v := range m {
-		if strings.HasPrefix(k, fkv1.Prefix) {
+		if keep(k) {
 			out[k] = v
 		}
 	}
