@@ -28,8 +28,9 @@ func okReport() report {
 		GrantsPerS: 2, FloorUpdatesPerS: 10,
 		GuardedUpdateMS: l(5, 13), UnguardedUpdateMS: l(4, 10), WebhookHandlerMeanMS: 0.1,
 		GuardedUpdateCELMS: l(5, 13), UnguardedUpdateCELMS: l(4, 10),
-		GuardedUpdateCELByBindings: map[string]latency{"bindings_10": l(5, 13), "bindings_1000": l(5, 13), "bindings_5000": l(5, 13)},
-		RSSMiB10k:                  150, RSSMiB50k: 600, ScaleCurve: []scalePoint{{Claims: 50000, Locks: 25000, RSSMiB: 600, Correct: true}}, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
+		GuardedUpdateCELByBindings:   map[string]latency{"bindings_10": l(5, 13), "bindings_1000": l(5, 13), "bindings_5000": l(5, 13)},
+		UnguardedUpdateCELByBindings: map[string]latency{"bindings_10": l(4, 10), "bindings_1000": l(4, 10), "bindings_5000": l(4, 10)},
+		RSSMiB10k:                    150, RSSMiB50k: 600, ScaleCurve: []scalePoint{{Claims: 50000, Locks: 25000, RSSMiB: 600, Correct: true}}, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
 		Ratios:           map[string]float64{},
 		GrantLeaseSeenMS: l(4, 20), HandoffLeaseSeenMS: map[string]latency{"waiters_1": l(3, 20), "waiters_1000": l(3, 20)},
 		RequestCostMS: map[string]map[string]float64{
@@ -107,7 +108,7 @@ func TestReportJSONKeys(t *testing.T) {
 	sort.Strings(top)
 	wantTop := []string{"clientgo_graceful_handoff_ms", "clientgo_takeover_overshoot_ms", "current_staleness_window_ms", "election_takeover_overshoot_ms", "etcd_mutex_handoff_ms", "floor_ms", "floor_throughput_breakdown", "floor_updates_per_s", "graceful_handoff_ms", "grant_lease_seen_ms", "grant_ms", "grants_per_s",
 		"guarded_update_cel_by_bindings_ms", "guarded_update_cel_ms", "guarded_update_ms", "handoff_lease_seen_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "request_cost_ms", "rss_mib_10k", "rss_mib_50k", "scale_all_grants_correct",
-		"scale_claims", "scale_curve", "scale_locks", "stale_refused_after_release_ms", "takeover_overshoot_ms", "throughput_breakdown", "unguarded_update_cel_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
+		"scale_claims", "scale_curve", "scale_locks", "stale_refused_after_release_ms", "takeover_overshoot_ms", "throughput_breakdown", "unguarded_update_cel_by_bindings_ms", "unguarded_update_cel_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
 		"writes_per_grant", "writes_per_handoff"}
 	if !slices.Equal(top, wantTop) {
 		t.Errorf("top-level keys\n got %v\nwant %v", top, wantTop)

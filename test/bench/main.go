@@ -218,7 +218,7 @@ func run(quick bool, p params, only steps) error {
 			counts = []int{10, 1000}
 		}
 		done = step(fmt.Sprintf("admission cost in CEL mode (a second control plane; then %v locks bound)", counts))
-		if r.GuardedUpdateCELMS, r.UnguardedUpdateCELMS, r.GuardedUpdateCELByBindings, err = celAdmission(ctx, p.guardedN, counts); err != nil {
+		if r.GuardedUpdateCELMS, r.UnguardedUpdateCELMS, r.GuardedUpdateCELByBindings, r.UnguardedUpdateCELByBindings, err = celAdmission(ctx, p.guardedN, counts); err != nil {
 			return err
 		}
 		done()

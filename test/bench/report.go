@@ -44,14 +44,17 @@ type report struct {
 	GuardedUpdateCELMS          latency            `json:"guarded_update_cel_ms"`
 	UnguardedUpdateCELMS        latency            `json:"unguarded_update_cel_ms"`
 	GuardedUpdateCELByBindings  map[string]latency `json:"guarded_update_cel_by_bindings_ms"`
-	StaleRefusedAfterReleaseMS  latency            `json:"stale_refused_after_release_ms"`
-	CurrentStalenessWindowMS    latency            `json:"current_staleness_window_ms"`
-	RSSMiB10k                   float64            `json:"rss_mib_10k"`
-	ScaleClaims                 int                `json:"scale_claims"`
-	ScaleLocks                  int                `json:"scale_locks"`
-	ScaleCorrect                bool               `json:"scale_all_grants_correct"`
-	RSSMiB50k                   float64            `json:"rss_mib_50k"`
-	ScaleCurve                  []scalePoint       `json:"scale_curve"`
+	// UnguardedUpdateCELByBindings: the unguarded update, interleaved with
+	// the guarded one, at each binding count.
+	UnguardedUpdateCELByBindings map[string]latency `json:"unguarded_update_cel_by_bindings_ms"`
+	StaleRefusedAfterReleaseMS   latency            `json:"stale_refused_after_release_ms"`
+	CurrentStalenessWindowMS     latency            `json:"current_staleness_window_ms"`
+	RSSMiB10k                    float64            `json:"rss_mib_10k"`
+	ScaleClaims                  int                `json:"scale_claims"`
+	ScaleLocks                   int                `json:"scale_locks"`
+	ScaleCorrect                 bool               `json:"scale_all_grants_correct"`
+	RSSMiB50k                    float64            `json:"rss_mib_50k"`
+	ScaleCurve                   []scalePoint       `json:"scale_curve"`
 	// RequestCostMS: per phase (floor, grant, handoff_waiters_N), each
 	// request kind's mean server time (requestcost.go).
 	RequestCostMS map[string]map[string]float64 `json:"request_cost_ms"`
