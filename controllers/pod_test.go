@@ -2,7 +2,9 @@ package controllers_test
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -310,5 +313,96 @@ var _ = Describe("Pod-held leases at rest", func() {
 		for _, p := range pods.Items {
 			Expect(p.Annotations[fkv1.AnnotationLeaseState]).To(Equal(fkv1.LeaseStateHeld), p.Name)
 		}
+	})
+})
+
+// statusBlocker fails the manager's writes of the status of claims whose
+// names start with a blocked prefix (a pod's claims are named after it): the
+// authority cannot record anything on them.
+type statusBlocker struct {
+	next http.RoundTripper
+	mu   *sync.Mutex
+	pods map[string]bool
+}
+
+func (b statusBlocker) wrap(next http.RoundTripper) http.RoundTripper {
+	b.next = next
+	return b
+}
+
+func (b statusBlocker) block(pod string, on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pods[pod] = on
+}
+
+func (b statusBlocker) RoundTrip(req *http.Request) (*http.Response, error) {
+	path := req.URL.Path
+	if req.Method != http.MethodGet && strings.Contains(path, "/fencedleases/") && strings.HasSuffix(path, "/status") {
+		name := strings.TrimSuffix(path[strings.LastIndex(path, "/fencedleases/")+len("/fencedleases/"):], "/status")
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for pod, on := range b.pods {
+			if on && strings.HasPrefix(name, pod+"-") {
+				return nil, fmt.Errorf("injected: status write of claim %s refused", name)
+			}
+		}
+	}
+	return b.next.RoundTrip(req)
+}
+
+var _ = Describe("A pod that no longer holds its claim", func() {
+	It("shows Lost, never Held, once its held claim is gone: an invalid edit, a claim deleted by hand, a switch to another lock", func() {
+		ns := newNamespace()
+		blocker := statusBlocker{mu: &sync.Mutex{}, pods: map[string]bool{}}
+		m, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns}, WrapTransport: blocker.wrap})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = m.Stop() })
+
+		a := leasePod(ns, "a", "job", "300", true)
+		Eventually(stateOf(ns, "a"), 10*time.Second).Should(Equal("Held/1"))
+		b := leasePod(ns, "b", "job", "300", true)
+		Eventually(stateOf(ns, "b"), 10*time.Second).Should(Equal("Pending/"))
+
+		By("an invalid edit of the holder's request gives its claim up: the pod is told Lost")
+		Expect(k8s.Patch(ctx, a, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"fencekeeper.io/lease-duration-seconds":"forever"}}}`)))).To(Succeed())
+		Eventually(stateOf(ns, "b"), 10*time.Second).Should(Equal("Held/2"))
+		Eventually(stateOf(ns, "a"), 10*time.Second).Should(Equal("Lost/1"))
+		_, _, cond := podLease(ns, "a")
+		Expect(cond).NotTo(BeNil())
+		Expect(cond.Status).To(Equal(corev1.ConditionFalse))
+		Expect(cond.Reason).To(Equal(fkv1.ReasonInvalidLeaseRequest))
+
+		claimsOf := func(p *corev1.Pod) []fkv1.FencedLease {
+			var list fkv1.FencedLeaseList
+			ExpectWithOffset(1, k8s.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{fkv1.LabelPodUID: string(p.UID)})).To(Succeed())
+			return list.Items
+		}
+		By("the holder's claim deleted by hand, with nothing recorded on its new claim: the pod is told Lost")
+		c := leasePod(ns, "c", "job", "300", true)
+		Eventually(stateOf(ns, "c"), 10*time.Second).Should(Equal("Pending/"))
+		blocker.block("b", true)
+		held := claimsOf(b)
+		Expect(held).To(HaveLen(1))
+		Expect(k8s.Delete(ctx, &held[0], client.Preconditions{UID: &held[0].UID})).To(Succeed())
+		Eventually(stateOf(ns, "c"), 10*time.Second).Should(Equal("Held/3"))
+		Eventually(func() []types.UID { // the bridge made the pod a new claim
+			var uids []types.UID
+			for _, cl := range claimsOf(b) {
+				uids = append(uids, cl.UID)
+			}
+			return uids
+		}, 10*time.Second).Should(And(HaveLen(1), Not(ContainElement(held[0].UID))))
+		Eventually(stateOf(ns, "b"), 10*time.Second).Should(Equal("Lost/2"))
+		blocker.block("b", false)
+
+		By("the holder switched to another lock, with nothing recorded on its new claim: the pod is told Lost, not Held with the old lock's epoch")
+		blocker.block("c", true)
+		Expect(k8s.Patch(ctx, c, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"fencekeeper.io/lease":"job2"}}}`)))).To(Succeed())
+		Eventually(stateOf(ns, "b"), 10*time.Second).Should(Equal("Held/4"))
+		Eventually(stateOf(ns, "c"), 10*time.Second).Should(Equal("Lost/3"))
+		Consistently(func() []string { return holders(ns, []*corev1.Pod{a, b, c}) }, 2*time.Second).Should(Equal([]string{"b"}))
 	})
 })

@@ -75,12 +75,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	claim, err := r.ensureClaim(ctx, &pod, lock, ttl)
-	if err != nil {
+	if err != nil || claim == nil {
 		return ctrl.Result{}, err
 	}
-	if claim.Status.Phase == "" {
+	if claim.Status.Phase == "" && pod.Annotations[fkv1.AnnotationLeaseState] != fkv1.LeaseStateHeld {
 		// The lock controller has not seen the claim yet; its first status
-		// (Held or Pending) brings us back, so the pod is written once.
+		// (Held or Pending) brings us back, so the pod is written once. A pod
+		// still showing Held got that from an earlier claim (deleted by hand,
+		// or for another lock): it is told Lost now, not when the lock
+		// controller gets to the new one.
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, podGoneIsFine(ctx, r.syncPod(ctx, &pod, claim, true))
@@ -184,13 +187,27 @@ func (r *Reconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, lock stri
 		},
 		Spec: fkv1.FencedLeaseSpec{LockName: lock, HolderIdentity: pod.Name, LeaseDurationSeconds: ptr.To(ttl)},
 	}
-	if err := r.client.Create(ctx, &claim); err != nil && !apierrors.IsAlreadyExists(err) {
+	err = r.client.Create(ctx, &claim)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		// The cache is behind: what the stored claim says is unknown here.
+		// Its event brings us back.
+		return nil, nil
+	case err != nil:
 		return nil, fmt.Errorf("creating claim %s/%s for pod %s: %w", pod.Namespace, name, pod.Name, err)
 	}
 	return &claim, nil
 }
 
+// reportInvalid explains a bad request on the pod. A pod that held the lock
+// until the request turned bad (its claim was just given up) is told Lost.
 func (r *Reconciler) reportInvalid(ctx context.Context, pod *corev1.Pod, msg string) error {
+	if pod.Annotations[fkv1.AnnotationLeaseState] == fkv1.LeaseStateHeld {
+		if err := r.patchAnnotations(ctx, pod, map[string]string{fkv1.AnnotationLeaseState: fkv1.LeaseStateLost}); err != nil {
+			return err
+		}
+		r.recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Lease"+fkv1.LeaseStateLost, "Lease", "Released: %s", msg)
+	}
 	changed, err := r.patchCondition(ctx, pod, corev1.ConditionFalse, fkv1.ReasonInvalidLeaseRequest, msg)
 	if err == nil && changed {
 		r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, fkv1.ReasonInvalidLeaseRequest, "RequestLease", "%s", msg)

@@ -70,9 +70,8 @@ func (r *Reconciler) syncPod(ctx context.Context, pod *corev1.Pod, claim *fkv1.F
 		patch[fkv1.AnnotationEpoch] = v.epoch
 	}
 	if len(patch) > 0 {
-		body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": patch}})
-		if err := r.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body)); err != nil {
-			return fmt.Errorf("annotating pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		if err := r.patchAnnotations(ctx, pod, patch); err != nil {
+			return err
 		}
 		if v.state == fkv1.LeaseStateHeld || v.state == fkv1.LeaseStateLost {
 			var related runtime.Object // a typed nil would not be nil here
@@ -84,6 +83,15 @@ func (r *Reconciler) syncPod(ctx context.Context, pod *corev1.Pod, claim *fkv1.F
 	}
 	_, err := r.patchCondition(ctx, pod, v.cond, v.reason, v.message)
 	return err
+}
+
+// patchAnnotations merges the lease annotations in patch into the pod.
+func (r *Reconciler) patchAnnotations(ctx context.Context, pod *corev1.Pod, patch map[string]string) error {
+	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": patch}})
+	if err := r.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body)); err != nil {
+		return fmt.Errorf("annotating pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
 }
 
 // patchCondition sets the fencekeeper.io/lease-held condition; a strategic
