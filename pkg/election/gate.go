@@ -168,7 +168,12 @@ func (g *gated) Delete(ctx context.Context, obj client.Object, opts ...client.De
 	opts = append(opts, client.Preconditions{UID: &uid, ResourceVersion: &marked})
 	err = lease.Fenced(g.Client.Delete(ctx, cur, opts...))
 	if err != nil && !apierrors.IsNotFound(err) {
-		// Leave no mark behind (with its own time: ctx may be what ran out).
+		// Leave no mark behind (with its own time: ctx may be what ran out),
+		// even if the term has ended since: a mark left standing lets the
+		// holder's identity delete the object while it equals the watermark
+		// (under policy monotonic, in later terms too), and this write,
+		// stamped with the old epoch, is refused once anything newer was
+		// written, and otherwise only takes the mark off.
 		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer ucancel()
 		unmark := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, fkv1.AnnotationDeleteEpoch))
