@@ -406,3 +406,63 @@ var _ = Describe("A pod that no longer holds its claim", func() {
 		Consistently(func() []string { return holders(ns, []*corev1.Pod{a, b, c}) }, 2*time.Second).Should(Equal([]string{"b"}))
 	})
 })
+
+var _ = Describe("A pod-held lease with two managers at once", func() {
+	It("is not told Lost by a manager whose claim cache has not seen the grant the other one reported", func() {
+		ns := newNamespace()
+		blockers := []statusBlocker{{mu: &sync.Mutex{}, pods: map[string]bool{"p": true}}, {mu: &sync.Mutex{}, pods: map[string]bool{"p": true}}}
+		claimWatches := envtestutil.NewWatchFreezer(func(req *http.Request) bool { return strings.Contains(req.URL.Path, "/fencedleases") })
+		r1, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns}, WrapTransport: blockers[0].wrap})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = r1.Stop() })
+		r2, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns},
+			WrapTransport: func(rt http.RoundTripper) http.RoundTripper { return blockers[1].wrap(claimWatches.Wrap(rt)) }})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = r2.Stop() })
+
+		By("the pod's claim exists, with no status anyone could write yet, in both caches")
+		leasePod(ns, "p", "job", "300", true)
+		var claimName string
+		Eventually(func() int {
+			var list fkv1.FencedLeaseList
+			Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			if len(list.Items) == 1 {
+				claimName = list.Items[0].Name
+			}
+			return len(list.Items)
+		}, 10*time.Second).Should(Equal(1))
+		for _, m := range []*envtestutil.Manager{r1, r2} {
+			Eventually(func() error {
+				var cl fkv1.FencedLease
+				return m.Mgr.GetCache().Get(ctx, client.ObjectKey{Namespace: ns, Name: claimName}, &cl)
+			}, 10*time.Second).Should(Succeed())
+		}
+
+		By("the second manager's claim watch stalls; the grant is recorded and reported on the pod")
+		claimWatches.Freeze()
+		DeferCleanup(claimWatches.Thaw)
+		seen := make(chan string, 100)
+		w, err := k8s.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns), client.MatchingFields{"metadata.name": "p"})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(w.Stop)
+		go func() {
+			for ev := range w.ResultChan() {
+				if pod, ok := ev.Object.(*corev1.Pod); ok {
+					seen <- pod.Annotations[fkv1.AnnotationLeaseState]
+				}
+			}
+		}()
+		for _, b := range blockers {
+			b.block("p", false)
+		}
+		Eventually(stateOf(ns, "p"), 10*time.Second).Should(Equal("Held/1"))
+
+		By("the pod, which holds its claim, is never told Lost while the second manager's cache trails")
+		Consistently(stateOf(ns, "p"), 3*time.Second).Should(Equal("Held/1"))
+		var states []string
+		for len(seen) > 0 {
+			states = append(states, <-seen)
+		}
+		Expect(states).NotTo(ContainElement(fkv1.LeaseStateLost), "the pod's lease-state over time: %v", states)
+	})
+})

@@ -3,6 +3,7 @@ package podlease
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,16 +75,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, podGoneIsFine(ctx, r.syncPod(ctx, &pod, nil, lock != ""))
 	}
 
-	claim, err := r.ensureClaim(ctx, &pod, lock, ttl)
-	if err != nil || claim == nil {
+	claim, created, err := r.ensureClaim(ctx, &pod, lock, ttl)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if claim.Status.Phase == "" && pod.Annotations[fkv1.AnnotationLeaseState] != fkv1.LeaseStateHeld {
+	if claim == nil {
+		// The name is taken and the cache does not show by what yet: its
+		// event brings us back if it is the pod's; look again regardless.
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	if claim.Status.Phase == "" && !(created && pod.Annotations[fkv1.AnnotationLeaseState] == fkv1.LeaseStateHeld) {
 		// The lock controller has not seen the claim yet; its first status
 		// (Held or Pending) brings us back, so the pod is written once. A pod
-		// still showing Held got that from an earlier claim (deleted by hand,
-		// or for another lock): it is told Lost now, not when the lock
-		// controller gets to the new one.
+		// still showing Held when this very reconcile had to create its claim
+		// got Held from an earlier claim (deleted by hand, or for another
+		// lock): it is told Lost now, not when the lock controller gets to
+		// the new one. (A claim found without a status may only be one this
+		// cache has not seen granted yet, while another replica has.)
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, podGoneIsFine(ctx, r.syncPod(ctx, &pod, claim, true))
@@ -155,12 +163,15 @@ func madeFor(claim *fkv1.FencedLease, pod *corev1.Pod) bool {
 	return createdBy == "" && claim.Annotations[fkv1.AnnotationCreatedByPodUID] == string(pod.UID)
 }
 
-func (r *Reconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, lock string, ttl int32) (*fkv1.FencedLease, error) {
+// ensureClaim returns the pod's claim for lock, creating it if the cache has
+// none (created), or nil when the name is taken by a claim the cache does
+// not show yet.
+func (r *Reconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, lock string, ttl int32) (*fkv1.FencedLease, bool, error) {
 	name := PodClaimName(pod, lock)
 	var claim fkv1.FencedLease
 	err := r.client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, &claim)
 	if err == nil && madeFor(&claim, pod) {
-		return &claim, nil
+		return &claim, false, nil
 	}
 	if err == nil {
 		// Someone else created a claim under this pod's claim name: it is not
@@ -169,12 +180,12 @@ func (r *Reconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, lock stri
 		log.FromContext(ctx).Info("deleting a claim squatting on a pod's claim name", "claim", claim.Name,
 			"createdBy", claim.Annotations[fkv1.AnnotationCreatedBy])
 		if err := r.client.Delete(ctx, &claim, client.Preconditions{UID: &claim.UID}); err != nil && !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("deleting claim %s/%s not made for pod %s: %w", claim.Namespace, claim.Name, pod.Name, err)
+			return nil, false, fmt.Errorf("deleting claim %s/%s not made for pod %s: %w", claim.Namespace, claim.Name, pod.Name, err)
 		}
-		return nil, fmt.Errorf("claim %s/%s was not made for pod %s; deleted, will retry", claim.Namespace, claim.Name, pod.Name)
+		return nil, false, fmt.Errorf("claim %s/%s was not made for pod %s; deleted, will retry", claim.Namespace, claim.Name, pod.Name)
 	}
 	if !apierrors.IsNotFound(err) {
-		return nil, err
+		return nil, false, err
 	}
 	claim = fkv1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{
@@ -191,12 +202,11 @@ func (r *Reconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, lock stri
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		// The cache is behind: what the stored claim says is unknown here.
-		// Its event brings us back.
-		return nil, nil
+		return nil, false, nil
 	case err != nil:
-		return nil, fmt.Errorf("creating claim %s/%s for pod %s: %w", pod.Namespace, name, pod.Name, err)
+		return nil, false, fmt.Errorf("creating claim %s/%s for pod %s: %w", pod.Namespace, name, pod.Name, err)
 	}
-	return &claim, nil
+	return &claim, true, nil
 }
 
 // reportInvalid explains a bad request on the pod. A pod that held the lock

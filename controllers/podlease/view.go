@@ -37,12 +37,11 @@ func podView(pod *corev1.Pod, claim *fkv1.FencedLease, asked bool) podLeaseView 
 	case claim != nil && claim.Status.Phase == fkv1.PhaseExpired:
 		return podLeaseView{state: fkv1.LeaseStateLost, cond: corev1.ConditionFalse, reason: fkv1.ReasonExpired,
 			message: fmt.Sprintf("Lost lock %s (epoch %d): the pod was not ready for its lease duration", claim.Spec.LockName, claim.Status.Epoch)}
+	case claim != nil && hadHeld:
+		return podLeaseView{state: fkv1.LeaseStateLost, cond: corev1.ConditionFalse, reason: fkv1.ReasonQueued,
+			message: fmt.Sprintf("No longer holds a lock: the pod's claim on lock %s is not the one it held; waiting in its queue", claim.Spec.LockName)}
 	case claim != nil:
-		state := fkv1.LeaseStatePending
-		if hadHeld {
-			state = fkv1.LeaseStateLost
-		}
-		return podLeaseView{state: state, cond: corev1.ConditionFalse, reason: fkv1.ReasonQueued,
+		return podLeaseView{state: fkv1.LeaseStatePending, cond: corev1.ConditionFalse, reason: fkv1.ReasonQueued,
 			message: fmt.Sprintf("Waiting in the queue of lock %s", claim.Spec.LockName)}
 	case hadHeld:
 		return podLeaseView{state: fkv1.LeaseStateLost, cond: corev1.ConditionFalse, reason: fkv1.ReasonReleased,
