@@ -466,3 +466,54 @@ var _ = Describe("A pod-held lease with two managers at once", func() {
 		Expect(states).NotTo(ContainElement(fkv1.LeaseStateLost), "the pod's lease-state over time: %v", states)
 	})
 })
+
+var _ = Describe("A pod holder whose readiness flaps between two looks", func() {
+	It("keeps its lease a full TTL from the last time it stopped being ready, not from the first", func() {
+		ns := newNamespace()
+		podWatches := envtestutil.NewWatchFreezer(func(req *http.Request) bool { return strings.HasSuffix(req.URL.Path, "/pods") })
+		m, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns}, WrapTransport: podWatches.Wrap})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = m.Stop() })
+		const ttl = 5 * time.Second
+		a := leasePod(ns, "flap-a", "flap", "5", true)
+		Eventually(stateOf(ns, a.Name), 10*time.Second).Should(Equal("Held/1"))
+		b := leasePod(ns, "flap-b", "flap", "5", true)
+		Eventually(stateOf(ns, b.Name), 10*time.Second).Should(Equal("Pending/"))
+		cachedReady := func() corev1.ConditionStatus {
+			var p corev1.Pod
+			if err := m.Mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(a), &p); err != nil {
+				return ""
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.ContainersReady {
+					return c.Status
+				}
+			}
+			return ""
+		}
+
+		By("the holder stops being ready and the manager looks: its TTL starts")
+		unreadyAt := time.Now()
+		setReady(a, false)
+		Eventually(cachedReady, 5*time.Second).Should(Equal(corev1.ConditionFalse))
+
+		By("later, it is ready again and stops again while the manager's pod watch stalls; the manager then relists and sees only the end: not ready")
+		time.Sleep(time.Until(unreadyAt.Add(1500 * time.Millisecond))) // another second: the kubelet's transition times are whole seconds
+		podWatches.Freeze()
+		DeferCleanup(podWatches.Thaw)
+		setReady(a, true)
+		setReady(a, false)
+		flappedAt := time.Now()
+		podWatches.Expire()
+		Eventually(func() int { return podWatches.Relists() }, 5*time.Second).Should(BeNumerically(">", 0))
+
+		By("the lease lasts its TTL from the flap, then the waiter takes the next epoch")
+		Consistently(func() []string { return holders(ns, []*corev1.Pod{a, b}) }, time.Until(flappedAt.Add(ttl-500*time.Millisecond)), 50*time.Millisecond).
+			Should(Equal([]string{a.Name}), func() string {
+				return fmt.Sprintf("the lease ended %v after the pod last stopped being ready (TTL %v), %v after the first time",
+					time.Since(flappedAt), ttl, time.Since(unreadyAt))
+			})
+		Eventually(stateOf(ns, b.Name), 10*time.Second).Should(Equal("Held/2"))
+		Eventually(stateOf(ns, a.Name), 5*time.Second).Should(Equal("Lost/1"))
+	})
+})

@@ -11,11 +11,14 @@ import (
 )
 
 // renewal is the signal that a holder is alive: a change of the Lease's
-// holder or renewTime, or of the holder pod's liveness.
+// holder or renewTime, or of the holder pod's liveness or readiness (when
+// its readiness last changed: a flap between two looks changes that even
+// when both looks saw the pod not ready).
 type renewal struct {
-	holderUID types.UID
-	renewTime string
-	pod       pods.Liveness
+	holderUID          types.UID
+	renewTime          string
+	pod                pods.Liveness
+	podReadinessChange string
 }
 
 // renewClock remembers, per lock, when this controller first observed the

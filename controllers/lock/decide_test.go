@@ -362,6 +362,12 @@ func TestRenewClockUsesItsOwnClock(t *testing.T) {
 	if got, _ := c.observe(lock, renewal{holderUID: "uid-w1", pod: pods.NotLive}); !got.Equal(fc.now) {
 		t.Fatalf("pod liveness change not observed: %v", got)
 	}
+	// A pod that was ready in between two looks that both saw it not ready
+	// (its readiness changed since) renewed: its TTL runs from this look.
+	fc.now = fc.now.Add(time.Second)
+	if got, _ := c.observe(lock, renewal{holderUID: "uid-w1", pod: pods.NotLive, podReadinessChange: "09:00:12"}); !got.Equal(fc.now) {
+		t.Fatalf("readiness flap not observed: %v", got)
+	}
 }
 
 func TestEpochFloorsNeverGoDown(t *testing.T) {

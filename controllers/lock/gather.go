@@ -65,11 +65,12 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 		return g, err
 	}
 	holder := findClaim(g.claims, g.ledger.HolderUID)
-	if g.holderPod, err = r.holderPod(ctx, lock.Namespace, holder); err != nil {
+	var readinessChange string
+	if g.holderPod, readinessChange, err = r.holderPod(ctx, lock.Namespace, holder); err != nil {
 		return g, err
 	}
 	if g.lease != nil {
-		g.renewSeenAt, g.renewWatched = r.clock.observe(lock, renewalOf(g.lease, g.ledger.HolderUID, g.holderPod))
+		g.renewSeenAt, g.renewWatched = r.clock.observe(lock, renewalOf(g.lease, g.ledger.HolderUID, g.holderPod, readinessChange))
 	}
 	epochs := []int64{g.ledger.Epoch}
 	for _, c := range g.claims {
@@ -108,9 +109,10 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 }
 
 // renewalOf is the renewal signal of lease's holder: the holder, and its
-// pod's liveness for a pod holder, its Lease's renewTime otherwise.
-func renewalOf(lease *coordinationv1.Lease, holderUID types.UID, pod pods.Liveness) renewal {
-	signal := renewal{holderUID: holderUID, pod: pod}
+// pod's liveness and when its readiness last changed for a pod holder, its
+// Lease's renewTime otherwise.
+func renewalOf(lease *coordinationv1.Lease, holderUID types.UID, pod pods.Liveness, readinessChange string) renewal {
+	signal := renewal{holderUID: holderUID, pod: pod, podReadinessChange: readinessChange}
 	if pod == pods.NotAPod && lease.Spec.RenewTime != nil {
 		signal.renewTime = lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
 	}
@@ -123,7 +125,7 @@ func renewalOf(lease *coordinationv1.Lease, holderUID types.UID, pod pods.Livene
 func (r *Reconciler) waiterPods(ctx context.Context, ns string, claims []*fkv1.FencedLease, led fkv1.Ledger) (map[types.UID]pods.Liveness, error) {
 	var out map[types.UID]pods.Liveness
 	for _, c := range waitingInOrder(claims, led) {
-		live, err := r.holderPod(ctx, ns, c)
+		live, _, err := r.holderPod(ctx, ns, c)
 		if err != nil {
 			return nil, err
 		}
@@ -292,33 +294,37 @@ func (r *Reconciler) confirmHolder(ctx context.Context, lock types.NamespacedNam
 }
 
 // holderPod reads the liveness of the pod a claim (the holder, or a waiter)
-// was made for, from the (stripped) pod cache.
-func (r *Reconciler) holderPod(ctx context.Context, ns string, holder *fkv1.FencedLease) (pods.Liveness, error) {
+// was made for, from the (stripped) pod cache, and when its readiness last
+// changed (pods.LastReadinessChange; "" when not a pod or gone).
+func (r *Reconciler) holderPod(ctx context.Context, ns string, holder *fkv1.FencedLease) (pods.Liveness, string, error) {
 	if holder == nil {
-		return pods.NotAPod, nil
+		return pods.NotAPod, "", nil
 	}
 	ref := pods.OwnerRef(holder)
 	if ref == nil {
-		return pods.NotAPod, nil
+		return pods.NotAPod, "", nil
 	}
 	var pod corev1.Pod
 	err := r.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &pod)
 	if apierrors.IsNotFound(err) {
-		return pods.Gone, nil
+		return pods.Gone, "", nil
 	}
 	if err != nil {
-		return pods.NotLive, err
+		return pods.NotLive, "", err
 	}
 	live := pods.LivenessOf(&pod, string(ref.UID))
+	if live == pods.Gone {
+		return live, "", nil
+	}
 	if live != pods.Live || pod.Spec.NodeName == "" {
-		return live, nil
+		return live, pods.LastReadinessChange(&pod, nil), nil
 	}
 	var node corev1.Node
 	if err := r.client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, &node); err != nil {
 		if apierrors.IsNotFound(err) {
-			return live, nil
+			return live, pods.LastReadinessChange(&pod, nil), nil
 		}
-		return pods.NotLive, err
+		return pods.NotLive, "", err
 	}
-	return live.OnNode(&node), nil
+	return live.OnNode(&node), pods.LastReadinessChange(&pod, &node), nil
 }

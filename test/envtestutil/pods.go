@@ -52,8 +52,12 @@ func SetPodReady(ctx context.Context, c client.Client, p *corev1.Pod, ready bool
 		cur.Status.Phase = corev1.PodRunning
 		set := false
 		for i := range cur.Status.Conditions {
-			if cur.Status.Conditions[i].Type == corev1.ContainersReady {
-				cur.Status.Conditions[i].Status, set = status, true
+			if c := &cur.Status.Conditions[i]; c.Type == corev1.ContainersReady {
+				if c.Status != status {
+					// The kubelet records each transition's time.
+					c.LastTransitionTime = metav1.Now()
+				}
+				c.Status, set = status, true
 			}
 		}
 		if !set {

@@ -5,6 +5,7 @@ package pods
 
 import (
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,6 +71,30 @@ func LivenessOf(pod *corev1.Pod, ownerUID string) Liveness {
 	return NotLive
 }
 
+// LastReadinessChange is when pod's ContainersReady condition, and node's
+// Ready condition (node may be nil), last changed, as the kubelet and the
+// node lifecycle controller record it (whole seconds). A holder pod's
+// renewal signal includes it: readiness that flapped off, on and off again
+// between two looks of the authority is a renewal (the pod was ready in
+// between, so its TTL runs from the last time it stopped being ready), not
+// the same "not live" the earlier look saw.
+func LastReadinessChange(pod *corev1.Pod, node *corev1.Node) string {
+	var out string
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.ContainersReady {
+			out = c.LastTransitionTime.UTC().Format(time.RFC3339)
+		}
+	}
+	if node != nil {
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				out += "/" + c.LastTransitionTime.UTC().Format(time.RFC3339)
+			}
+		}
+	}
+	return out
+}
+
 // OnNode takes the pod's node into account: a pod whose node is known and not
 // Ready is not live, whatever its own conditions still say. When a node is
 // lost the node lifecycle controller sets the node Ready=Unknown and only the
@@ -95,7 +120,8 @@ func NodeReady(node *corev1.Node) bool {
 	return false
 }
 
-// StripNode keeps only a node's name and Ready condition: the node cache
+// StripNode keeps only a node's name and Ready condition (its status and
+// when it last changed, not its heartbeats): the node cache
 // costs a few hundred bytes per node.
 func StripNode(obj any) (any, error) {
 	node, ok := obj.(*corev1.Node)
@@ -108,7 +134,7 @@ func StripNode(obj any) (any, error) {
 	}
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{Type: c.Type, Status: c.Status})
+			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
 		}
 	}
 	return out, nil

@@ -2,6 +2,7 @@ package pods
 
 import (
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -115,4 +116,31 @@ func TestOnNode(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(out.(*corev1.Node).Status.Conditions).To(Equal([]corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}))
 	g.Expect(NodeReady(out.(*corev1.Node))).To(BeFalse())
+}
+
+func TestLastReadinessChangeSurvivesStripping(t *testing.T) {
+	g := NewWithT(t)
+	at := func(s int) metav1.Time { return metav1.NewTime(time.Date(2026, 7, 1, 9, 0, s, 0, time.UTC)) }
+	p := pod(corev1.PodRunning, ptr.To(corev1.ConditionFalse), func(p *corev1.Pod) {
+		p.Status.Conditions[0].LastTransitionTime = at(10)
+	})
+	n := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: at(20), LastHeartbeatTime: at(30)}}}}
+	sp, err := Strip(p)
+	g.Expect(err).NotTo(HaveOccurred())
+	sn, err := StripNode(n)
+	g.Expect(err).NotTo(HaveOccurred())
+	before := LastReadinessChange(sp.(*corev1.Pod), sn.(*corev1.Node))
+	g.Expect(before).To(Equal(LastReadinessChange(p, n)), "the caches keep the transition times")
+	g.Expect(before).To(Equal("2026-07-01T09:00:10Z/2026-07-01T09:00:20Z"))
+
+	// A heartbeat is no change; a flap of the pod or of its node is.
+	n.Status.Conditions[0].LastHeartbeatTime = at(40)
+	g.Expect(LastReadinessChange(p, n)).To(Equal(before))
+	p.Status.Conditions[0].LastTransitionTime = at(12)
+	g.Expect(LastReadinessChange(p, n)).NotTo(Equal(before))
+	p.Status.Conditions[0].LastTransitionTime = at(10)
+	n.Status.Conditions[0].LastTransitionTime = at(22)
+	g.Expect(LastReadinessChange(p, n)).NotTo(Equal(before))
+	g.Expect(LastReadinessChange(p, nil)).To(Equal("2026-07-01T09:00:10Z"))
 }
