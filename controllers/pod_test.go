@@ -467,6 +467,63 @@ var _ = Describe("A pod-held lease with two managers at once", func() {
 	})
 })
 
+var _ = Describe("A re-created pod with two managers at once", func() {
+	It("keeps its claim while one manager's pod cache has seen the old pod's deletion but not the new pod", func() {
+		ns := newNamespace()
+		podWatches := envtestutil.NewWatchFreezer(func(req *http.Request) bool { return strings.HasSuffix(req.URL.Path, "/pods") })
+		r1, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns}})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = r1.Stop() })
+		r2, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns}, WrapTransport: podWatches.Wrap})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = r2.Stop() })
+		cachedUID := func() types.UID {
+			var p corev1.Pod
+			if err := r2.Mgr.GetCache().Get(ctx, client.ObjectKey{Namespace: ns, Name: "p"}, &p); err != nil {
+				return ""
+			}
+			return p.UID
+		}
+		settled := func() bool {
+			_, _, cond := podLease(ns, "p")
+			return cond != nil && cond.Status == corev1.ConditionTrue
+		}
+
+		old := leasePod(ns, "p", "job", "300", true)
+		Eventually(stateOf(ns, "p"), 10*time.Second).Should(Equal("Held/1"))
+		Eventually(settled, 10*time.Second).Should(BeTrue())
+		Eventually(cachedUID, 10*time.Second).Should(Equal(old.UID))
+		Consistently(stateOf(ns, "p"), time.Second).Should(Equal("Held/1")) // no pod write left in flight
+
+		By("the second manager's pod watch stalls, then lets the pod's deletion through and nothing after it")
+		podWatches.Freeze()
+		DeferCleanup(podWatches.Thaw)
+		Expect(k8s.Delete(ctx, old)).To(Succeed())
+		for i := 0; i < 5 && cachedUID() != ""; i++ { // an update, then the deletion
+			podWatches.Step(1)
+			time.Sleep(300 * time.Millisecond)
+		}
+		Eventually(cachedUID, 5*time.Second).Should(BeEmpty())
+
+		By("the pod is re-created under its name: the first manager gives it a claim, which the second must not release")
+		p2 := leasePod(ns, "p", "job", "300", true)
+		claimUIDs := func() []types.UID {
+			var list fkv1.FencedLeaseList
+			Expect(k8s.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{fkv1.LabelPodUID: string(p2.UID)})).To(Succeed())
+			var uids []types.UID
+			for _, c := range list.Items {
+				uids = append(uids, c.UID)
+			}
+			return uids
+		}
+		Eventually(claimUIDs, 10*time.Second).Should(HaveLen(1))
+		first := claimUIDs()
+		Eventually(stateOf(ns, "p"), 10*time.Second).Should(Equal("Held/2"))
+		Consistently(claimUIDs, 3*time.Second).Should(Equal(first), "the new pod's claim was deleted (and made again)")
+		Expect(cachedUID()).To(BeEmpty(), "the second manager's pod cache saw the new pod: the test proved nothing")
+	})
+})
+
 var _ = Describe("A pod holder whose readiness flaps between two looks", func() {
 	It("keeps its lease a full TTL from the last time it stopped being ready, not from the first", func() {
 		ns := newNamespace()

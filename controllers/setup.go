@@ -144,7 +144,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if o.OnAuthority != nil {
 		o.OnAuthority(authority)
 	}
-	if err := podlease.NewReconciler(mgr.GetClient(), recorder).SetupWithManager(ctx, mgr, copts); err != nil {
+	if err := podlease.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, o.Leadership).SetupWithManager(ctx, mgr, copts); err != nil {
 		return err
 	}
 	if o.ExpiredClaimRetention > 0 {

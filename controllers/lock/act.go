@@ -90,7 +90,7 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 		r.recordLeaseWrite(ctx, lock, g, a)
 		lease = written
 		if a.kind == actGrant {
-			pod, readinessChange, err := r.holderPod(ctx, lock.Namespace, a.holder)
+			pod, readinessChange, err := r.holderPod(ctx, lock.Namespace, a.holder, true)
 			if err != nil {
 				return ctrl.Result{}, err
 			}

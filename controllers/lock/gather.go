@@ -66,7 +66,7 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 	}
 	holder := findClaim(g.claims, g.ledger.HolderUID)
 	var readinessChange string
-	if g.holderPod, readinessChange, err = r.holderPod(ctx, lock.Namespace, holder); err != nil {
+	if g.holderPod, readinessChange, err = r.holderPod(ctx, lock.Namespace, holder, true); err != nil {
 		return g, err
 	}
 	if g.lease != nil {
@@ -125,7 +125,7 @@ func renewalOf(lease *coordinationv1.Lease, holderUID types.UID, pod pods.Livene
 func (r *Reconciler) waiterPods(ctx context.Context, ns string, claims []*fkv1.FencedLease, led fkv1.Ledger) (map[types.UID]pods.Liveness, error) {
 	var out map[types.UID]pods.Liveness
 	for _, c := range waitingInOrder(claims, led) {
-		live, _, err := r.holderPod(ctx, ns, c)
+		live, _, err := r.holderPod(ctx, ns, c, false)
 		if err != nil {
 			return nil, err
 		}
@@ -296,7 +296,13 @@ func (r *Reconciler) confirmHolder(ctx context.Context, lock types.NamespacedNam
 // holderPod reads the liveness of the pod a claim (the holder, or a waiter)
 // was made for, from the (stripped) pod cache, and when its readiness last
 // changed (pods.LastReadinessChange; "" when not a pod or gone).
-func (r *Reconciler) holderPod(ctx context.Context, ns string, holder *fkv1.FencedLease) (pods.Liveness, string, error) {
+//
+// With confirm (the holder's pod), a cache that shows no pod of that name,
+// or another pod, is checked against the apiserver before the hold ends at
+// once: the claim's pod may be newer than the cache (another replica made
+// its claim, after a re-creation this cache has not seen yet). A pod the
+// cache shows deleting or finished is gone for good; that needs no read.
+func (r *Reconciler) holderPod(ctx context.Context, ns string, holder *fkv1.FencedLease, confirm bool) (pods.Liveness, string, error) {
 	if holder == nil {
 		return pods.NotAPod, "", nil
 	}
@@ -305,7 +311,12 @@ func (r *Reconciler) holderPod(ctx context.Context, ns string, holder *fkv1.Fenc
 		return pods.NotAPod, "", nil
 	}
 	var pod corev1.Pod
-	err := r.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &pod)
+	key := types.NamespacedName{Namespace: ns, Name: ref.Name}
+	err := r.client.Get(ctx, key, &pod)
+	if confirm && (apierrors.IsNotFound(err) || err == nil && pod.UID != ref.UID) {
+		pod = corev1.Pod{}
+		err = r.apiReader.Get(ctx, key, &pod)
+	}
 	if apierrors.IsNotFound(err) {
 		return pods.Gone, "", nil
 	}

@@ -63,8 +63,9 @@ type Leadership interface{ Current() bool }
 type Reconciler struct {
 	// client reads from the informer cache and writes to the apiserver.
 	client client.Client
-	// apiReader reads live, for the rare paths: a holder claim missing from
-	// the cache, and a Lease that is not in the (managed-only) Lease cache.
+	// apiReader reads live, for the rare paths: a holder claim or holder
+	// pod missing from the cache, and a Lease that is not in the
+	// (managed-only) Lease cache.
 	apiReader      client.Reader
 	recorder       events.EventRecorder
 	foreignRecheck time.Duration

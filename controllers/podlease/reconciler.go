@@ -29,13 +29,23 @@ import (
 // the lock controller's business: it reads the pod's readiness instead of
 // waiting for renewals, so a held pod lease costs no periodic writes.
 type Reconciler struct {
-	client   client.Client
-	recorder events.EventRecorder
+	client client.Client
+	// apiReader reads pods live, on the rare path where the cache may trail
+	// the pod's re-creation (deleteClaims).
+	apiReader client.Reader
+	recorder  events.EventRecorder
+	// leadership, with leader election, tells whether this process's term
+	// is certainly still its own (nil: no leader election).
+	leadership Leadership
 }
 
-// NewReconciler returns the pod bridge.
-func NewReconciler(c client.Client, recorder events.EventRecorder) *Reconciler {
-	return &Reconciler{client: c, recorder: recorder}
+// Leadership tells whether this process's leader-election term is
+// certainly still its own (controllers.LeadershipLock).
+type Leadership interface{ Current() bool }
+
+// NewReconciler returns the pod bridge. leadership may be nil.
+func NewReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, leadership Leadership) *Reconciler {
+	return &Reconciler{client: c, apiReader: apiReader, recorder: recorder, leadership: leadership}
 }
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
@@ -46,6 +56,13 @@ func NewReconciler(c client.Client, recorder events.EventRecorder) *Reconciler {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	logger := log.FromContext(ctx).WithValues("pod", req.String())
 	ctx = log.IntoContext(ctx, logger)
+	if r.leadership != nil && !r.leadership.Current() {
+		// A leader resumed from a pause past its lease: its caches and its
+		// view of the claims may be older than what the next leader has
+		// already reported on the pod. It writes nothing until its term is
+		// certain again (or it learns it has ended, and stops).
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 
 	var pod corev1.Pod
 	err := r.client.Get(ctx, req.NamespacedName, &pod)
@@ -122,19 +139,39 @@ func (r *Reconciler) podClaims(ctx context.Context, ns, name string) ([]fkv1.Fen
 }
 
 // deleteClaims deletes the claims made for pod name in ns, except the one of
-// the pod (uid) for the lock keep. With retry (the pod is live again), an
-// Expired claim is deleted too, so the pod contends again with a fresh claim;
-// a pod that is not live keeps its Expired claim and shows Lost.
+// the pod (uid: the cached pod's, "" when the cache has none) for the lock
+// keep. With retry (the pod is live again), an Expired claim is deleted too,
+// so the pod contends again with a fresh claim; a pod that is not live keeps
+// its Expired claim and shows Lost.
+//
+// A claim made for a pod of this name other than the cached one belongs to
+// an older pod, or to a newer one this cache has not seen yet (another
+// manager created its claim): before the first such delete the pod is read
+// live, and the live pod's claims are left to the reconcile that sees it.
+// Any claim listed here existed before that read, so a pod the read does
+// not show is gone for good (UIDs are never reused).
 func (r *Reconciler) deleteClaims(ctx context.Context, ns, name string, uid types.UID, keep string, retry bool) error {
 	claims, err := r.podClaims(ctx, ns, name)
 	if err != nil {
 		return err
 	}
+	var live *types.UID
 	for i := range claims {
 		c := &claims[i]
-		if keep != "" && pods.OwnerRef(c).UID == uid && c.Spec.LockName == keep && (c.Status.Phase != fkv1.PhaseExpired || !retry) &&
+		owner := pods.OwnerRef(c).UID
+		if keep != "" && owner == uid && c.Spec.LockName == keep && (c.Status.Phase != fkv1.PhaseExpired || !retry) &&
 			madeForUID(c, uid) {
 			continue
+		}
+		if owner != uid {
+			if live == nil {
+				if live, err = r.livePodUID(ctx, ns, name); err != nil {
+					return err
+				}
+			}
+			if owner == *live {
+				continue
+			}
 		}
 		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("releasing claim %s/%s: %w", c.Namespace, c.Name, err)
@@ -142,6 +179,21 @@ func (r *Reconciler) deleteClaims(ctx context.Context, ns, name string, uid type
 		log.FromContext(ctx).Info("released pod claim", "claim", c.Name, "lock", c.Spec.LockName, "phase", c.Status.Phase)
 	}
 	return nil
+}
+
+// livePodUID reads the UID of pod name in ns from the apiserver ("" when
+// there is none).
+func (r *Reconciler) livePodUID(ctx context.Context, ns, name string) (*types.UID, error) {
+	var pod metav1.PartialObjectMetadata
+	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pod)
+	switch {
+	case apierrors.IsNotFound(err):
+		return ptr.To(types.UID("")), nil
+	case err != nil:
+		return nil, fmt.Errorf("reading pod %s/%s before releasing claims made for another pod of that name: %w", ns, name, err)
+	}
+	return ptr.To(pod.UID), nil
 }
 
 func madeForUID(c *fkv1.FencedLease, uid types.UID) bool {
