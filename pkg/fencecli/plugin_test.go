@@ -116,6 +116,38 @@ while true; do sleep 0.1; done`
 		Expect(stderr.String()).To(ContainSubstring("lost"))
 	})
 
+	It("waits, without spinning, through the grace period of a CMD that ignores the loss signal, then kills it", func() {
+		run := fence(ns, "run", "ignores-term", "--holder", "W1", "--ttl", "5s", "--grace", "4s", "--",
+			"sh", "-c", `echo started > started.txt; trap '' TERM; while true; do sleep 0.1; done`)
+		run.Dir = dir
+		logPath := filepath.Join(dir, "run.log")
+		logFile, err := os.Create(logPath)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(logFile.Close)
+		run.Stderr = logFile
+		Expect(run.Start()).To(Succeed())
+		DeferCleanup(func() { _ = run.Process.Kill() })
+		done := make(chan error, 1)
+		go func() { done <- run.Wait() }()
+		Eventually(func() error { _, err := os.Stat(filepath.Join(dir, "started.txt")); return err }, 30*time.Second).Should(Succeed())
+
+		By("the lease is lost; CMD ignores the signal")
+		Expect(admin.DeleteAllOf(ctx, &fkv1.FencedLease{}, client.InNamespace(ns))).To(Succeed())
+		Eventually(func() string { b, _ := os.ReadFile(logPath); return string(b) }, 10*time.Second).Should(ContainSubstring("lost"))
+
+		By("during the grace period run waits: it uses next to no CPU (a loop on a closed channel takes a whole core)")
+		start := cpuTicks(run.Process.Pid)
+		time.Sleep(2 * time.Second)
+		used := cpuTicks(run.Process.Pid) - start
+		Expect(used).To(BeNumerically("<", 50), "run used %d clock ticks (1/100 s) of CPU in 2 s after the loss", used)
+
+		By("then CMD is killed and run exits with its status")
+		Eventually(done, 10*time.Second).Should(Receive(&err))
+		var ee *exec.ExitError
+		Expect(errors.As(err, &ee)).To(BeTrue(), "%v", err)
+		Expect(ee.ExitCode()).To(Equal(128 + 9))
+	})
+
 	It("releases the lock when CMD exits and passes its exit code through", func() {
 		run := fence(ns, "run", "batch", "--holder", "job-1", "--", "sh", "-c", "echo $FENCEKEEPER_EPOCH > first.txt; test -n \"$FENCEKEEPER_EPOCH\" && exit 3")
 		run.Dir = dir
@@ -259,3 +291,17 @@ while true; do sleep 0.1; done`
 		Expect(stderr.String()).To(ContainSubstring("invalid lock name"))
 	})
 })
+
+// cpuTicks is the user and system CPU time process pid has used, in clock
+// ticks (/proc/<pid>/stat fields 14 and 15; 100 per second on Linux).
+func cpuTicks(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	// The command name (field 2) may hold spaces: count from after it.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	utime, err := strconv.Atoi(fields[11])
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	stime, err := strconv.Atoi(fields[12])
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return utime + stime
+}
