@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -206,6 +207,35 @@ var _ = Describe("Pod-held leases", func() {
 			Expect(k8s.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{fkv1.LabelPodUID: string(b.UID)})).To(Succeed())
 			return len(list.Items)
 		}, 10*time.Second).Should(BeZero())
+	})
+
+	It("ends the lease of a holder on a node that is not Ready one TTL after the first look, however its containers flip meanwhile", func() {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{GenerateName: "flip-node-"}}
+		Expect(k8s.Create(ctx, node)).To(Succeed())
+		DeferCleanup(func() { _ = k8s.Delete(ctx, node) })
+		setNodeReady := func(status corev1.ConditionStatus) {
+			node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastTransitionTime: metav1.Now()}}
+			ExpectWithOffset(1, k8s.Status().Update(ctx, node)).To(Succeed())
+		}
+		setNodeReady(corev1.ConditionTrue)
+		a := leasePod(ns, "on-node", "job", "4", true, func(p *corev1.Pod) { p.Spec.NodeName = node.Name })
+		Eventually(stateOf(ns, a.Name), 10*time.Second).Should(Equal("Held/1"))
+		b := leasePod(ns, "elsewhere", "job", "4", true)
+		Eventually(stateOf(ns, b.Name), 10*time.Second).Should(Equal("Pending/"))
+
+		By("the node stops being Ready: the TTL starts")
+		setNodeReady(corev1.ConditionFalse)
+		notReadyAt := time.Now()
+		By("the holder's containers stop being ready, are ready again, stop again, a second apart: the pod is never live")
+		for i, ready := range []bool{false, true, false} {
+			time.Sleep(time.Until(notReadyAt.Add(time.Duration(i+1) * time.Second)))
+			setReady(a, ready)
+		}
+		flippedAt := time.Now()
+		By("the waiter holds one TTL after the node stopped being Ready, not one TTL after the last flip")
+		Eventually(stateOf(ns, b.Name), time.Until(flippedAt.Add(3*time.Second))).Should(Equal("Held/2"),
+			"each flip restarted the TTL (the pod was never live)")
+		Expect(time.Since(notReadyAt)).To(BeNumerically(">=", 3500*time.Millisecond), "taken over before the TTL")
 	})
 
 	It("leaves a pod with a bad request untouched but for an Event and a clear condition naming every problem", func() {
@@ -521,6 +551,61 @@ var _ = Describe("A re-created pod with two managers at once", func() {
 		Eventually(stateOf(ns, "p"), 10*time.Second).Should(Equal("Held/2"))
 		Consistently(claimUIDs, 3*time.Second).Should(Equal(first), "the new pod's claim was deleted (and made again)")
 		Expect(cachedUID()).To(BeEmpty(), "the second manager's pod cache saw the new pod: the test proved nothing")
+	})
+})
+
+// pausedWrite holds the first request it matches before sending it, until
+// released: a manager paused in the middle of a write.
+type pausedWrite struct {
+	next    http.RoundTripper
+	match   func(*http.Request) bool
+	once    *sync.Once
+	held    chan struct{}
+	release chan struct{}
+	status  chan int
+}
+
+func (p pausedWrite) RoundTrip(req *http.Request) (*http.Response, error) {
+	hold := false
+	if p.match(req) {
+		p.once.Do(func() { hold = true })
+	}
+	if !hold {
+		return p.next.RoundTrip(req)
+	}
+	close(p.held)
+	<-p.release
+	resp, err := p.next.RoundTrip(req)
+	if err == nil {
+		p.status <- resp.StatusCode
+	} else {
+		p.status <- 0
+	}
+	return resp, err
+}
+
+var _ = Describe("The pod bridge paused in the middle of a write", func() {
+	It("writes to the pod as it decided on it: a pod changed meanwhile refuses the write", func() {
+		ns := newNamespace()
+		pw := pausedWrite{once: &sync.Once{}, held: make(chan struct{}), release: make(chan struct{}), status: make(chan int, 1),
+			match: func(req *http.Request) bool {
+				return req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, "/namespaces/"+ns+"/pods/p")
+			}}
+		m, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns},
+			WrapTransport: func(rt http.RoundTripper) http.RoundTripper { pw.next = rt; return pw }})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = m.Stop() })
+
+		By("the bridge's first write to the pod (Held) is on its way when someone else writes the pod")
+		p := leasePod(ns, "p", "job", "300", true)
+		Eventually(pw.held, 10*time.Second).Should(BeClosed())
+		Expect(k8s.Patch(ctx, p, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"fencekeeper.io/lease-state":"Lost"}}}`)))).To(Succeed())
+		close(pw.release)
+
+		By("the paused write is refused; the bridge looks again and writes what holds now")
+		Eventually(pw.status, 10*time.Second).Should(Receive(Equal(http.StatusConflict)))
+		Eventually(stateOf(ns, "p"), 10*time.Second).Should(Equal("Held/1"))
 	})
 })
 

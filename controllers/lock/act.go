@@ -90,11 +90,11 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 		r.recordLeaseWrite(ctx, lock, g, a)
 		lease = written
 		if a.kind == actGrant {
-			pod, readinessChange, err := r.holderPod(ctx, lock.Namespace, a.holder, true)
+			pod, notReadySince, err := r.holderPod(ctx, lock.Namespace, a.holder, true)
 			if err != nil {
 				return ctrl.Result{}, err
 			}
-			r.clock.granted(lock, renewalOf(written, fkv1.ReadLedger(written, lock.Name).HolderUID, pod, readinessChange))
+			r.clock.granted(lock, renewalOf(written, fkv1.ReadLedger(written, lock.Name).HolderUID, pod, notReadySince))
 		}
 	}
 

@@ -11,14 +11,25 @@ import (
 )
 
 // renewal is the signal that a holder is alive: a change of the Lease's
-// holder or renewTime, or of the holder pod's liveness or readiness (when
-// its readiness last changed: a flap between two looks changes that even
-// when both looks saw the pod not ready).
+// holder or renewTime, or of the holder pod's liveness (see renews).
 type renewal struct {
-	holderUID          types.UID
-	renewTime          string
-	pod                pods.Liveness
-	podReadinessChange string
+	holderUID types.UID
+	renewTime string
+	pod       pods.Liveness
+	// podNotReadySince is pods.NotReadySince of the holder pod.
+	podNotReadySince string
+}
+
+// renews reports whether s, seen after prev, is a renewal. A pod whose
+// containers stopped being ready at another time than the last look saw
+// was ready in between: that is one, but only between two looks that both
+// saw a time (containers not ready on a node not known to be not Ready); a
+// time appearing or going away is no evidence the pod was live.
+func (s renewal) renews(prev renewal) bool {
+	if s.holderUID != prev.holderUID || s.renewTime != prev.renewTime || s.pod != prev.pod {
+		return true
+	}
+	return s.podNotReadySince != "" && prev.podNotReadySince != "" && s.podNotReadySince != prev.podNotReadySince
 }
 
 // renewClock remembers, per lock, when this controller first observed the
@@ -54,10 +65,14 @@ func (c *renewClock) observe(lock types.NamespacedName, signal renewal) (time.Ti
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o, ok := c.seen[lock]
-	if !ok || o.signal != signal {
+	switch {
+	case !ok || signal.renews(o.signal):
 		o = observed{signal: signal, at: c.clock.Now(), firstSight: !ok}
-		c.seen[lock] = o
+	default:
+		// The next look compares with what this one saw.
+		o.signal = signal
 	}
+	c.seen[lock] = o
 	return o.at, !o.firstSight
 }
 

@@ -362,11 +362,44 @@ func TestRenewClockUsesItsOwnClock(t *testing.T) {
 	if got, _ := c.observe(lock, renewal{holderUID: "uid-w1", pod: pods.NotLive}); !got.Equal(fc.now) {
 		t.Fatalf("pod liveness change not observed: %v", got)
 	}
-	// A pod that was ready in between two looks that both saw it not ready
-	// (its readiness changed since) renewed: its TTL runs from this look.
-	fc.now = fc.now.Add(time.Second)
-	if got, _ := c.observe(lock, renewal{holderUID: "uid-w1", pod: pods.NotLive, podReadinessChange: "09:00:12"}); !got.Equal(fc.now) {
-		t.Fatalf("readiness flap not observed: %v", got)
+}
+
+// A pod holder's containers stopping being ready at another time than the
+// last look saw renews its lease only between two looks that both saw a
+// time: they were ready in between. A time appearing or going away (the
+// node turned not Ready, the containers flipped while it was) is not one:
+// the pod was never live, and its TTL keeps running from the first look.
+func TestPodNotReadySinceRenewsOnlyBetweenTwoTimes(t *testing.T) {
+	fc := &fakeClock{now: t0}
+	c := newRenewClock(fc)
+	lock := types.NamespacedName{Namespace: "reports", Name: "report-2026-07"}
+	look := func(since string) time.Time {
+		fc.now = fc.now.Add(time.Second)
+		at, _ := c.observe(lock, renewal{holderUID: "uid-w1", pod: pods.NotLive, podNotReadySince: since})
+		return at
+	}
+	first := look("09:00:10")
+	steps := []struct {
+		since   string
+		renewed bool
+	}{
+		{"09:00:10", false}, // the same not-ready spell
+		{"", false},         // its node turned not Ready
+		{"09:00:12", false}, // back on a Ready node, with a flip in between: no proof it was live
+		{"09:00:12", false},
+		{"09:00:15", true}, // ready and not ready again between two such looks
+		{"", false},
+		{"", false}, // containers flipping on a node that is not Ready
+	}
+	want := first
+	for i, st := range steps {
+		got := look(st.since)
+		if st.renewed {
+			want = fc.now
+		}
+		if !got.Equal(want) {
+			t.Fatalf("step %d (%q): TTL runs from %v, want %v", i, st.since, got.Sub(t0), want.Sub(t0))
+		}
 	}
 }
 

@@ -65,12 +65,12 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 		return g, err
 	}
 	holder := findClaim(g.claims, g.ledger.HolderUID)
-	var readinessChange string
-	if g.holderPod, readinessChange, err = r.holderPod(ctx, lock.Namespace, holder, true); err != nil {
+	var notReadySince string
+	if g.holderPod, notReadySince, err = r.holderPod(ctx, lock.Namespace, holder, true); err != nil {
 		return g, err
 	}
 	if g.lease != nil {
-		g.renewSeenAt, g.renewWatched = r.clock.observe(lock, renewalOf(g.lease, g.ledger.HolderUID, g.holderPod, readinessChange))
+		g.renewSeenAt, g.renewWatched = r.clock.observe(lock, renewalOf(g.lease, g.ledger.HolderUID, g.holderPod, notReadySince))
 	}
 	epochs := []int64{g.ledger.Epoch}
 	for _, c := range g.claims {
@@ -109,10 +109,10 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 }
 
 // renewalOf is the renewal signal of lease's holder: the holder, and its
-// pod's liveness and when its readiness last changed for a pod holder, its
-// Lease's renewTime otherwise.
-func renewalOf(lease *coordinationv1.Lease, holderUID types.UID, pod pods.Liveness, readinessChange string) renewal {
-	signal := renewal{holderUID: holderUID, pod: pod, podReadinessChange: readinessChange}
+// pod's liveness and pods.NotReadySince for a pod holder, its Lease's
+// renewTime otherwise.
+func renewalOf(lease *coordinationv1.Lease, holderUID types.UID, pod pods.Liveness, notReadySince string) renewal {
+	signal := renewal{holderUID: holderUID, pod: pod, podNotReadySince: notReadySince}
 	if pod == pods.NotAPod && lease.Spec.RenewTime != nil {
 		signal.renewTime = lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
 	}
@@ -294,8 +294,8 @@ func (r *Reconciler) confirmHolder(ctx context.Context, lock types.NamespacedNam
 }
 
 // holderPod reads the liveness of the pod a claim (the holder, or a waiter)
-// was made for, from the (stripped) pod cache, and when its readiness last
-// changed (pods.LastReadinessChange; "" when not a pod or gone).
+// was made for, from the (stripped) pod and node caches, and when its
+// containers last stopped being ready (pods.NotReadySince).
 //
 // With confirm (the holder's pod), a cache that shows no pod of that name,
 // or another pod, is checked against the apiserver before the hold ends at
@@ -324,18 +324,15 @@ func (r *Reconciler) holderPod(ctx context.Context, ns string, holder *fkv1.Fenc
 		return pods.NotLive, "", err
 	}
 	live := pods.LivenessOf(&pod, string(ref.UID))
-	if live == pods.Gone {
-		return live, "", nil
-	}
-	if live != pods.Live || pod.Spec.NodeName == "" {
-		return live, pods.LastReadinessChange(&pod, nil), nil
+	if live == pods.Gone || pod.Spec.NodeName == "" {
+		return live, pods.NotReadySince(&pod, nil), nil
 	}
 	var node corev1.Node
-	if err := r.client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, &node); err != nil {
-		if apierrors.IsNotFound(err) {
-			return live, pods.LastReadinessChange(&pod, nil), nil
-		}
+	switch err := r.client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, &node); {
+	case apierrors.IsNotFound(err):
+		return live, pods.NotReadySince(&pod, nil), nil
+	case err != nil:
 		return pods.NotLive, "", err
 	}
-	return live.OnNode(&node), pods.LastReadinessChange(&pod, &node), nil
+	return live.OnNode(&node), pods.NotReadySince(&pod, &node), nil
 }

@@ -2,6 +2,7 @@ package podlease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -52,18 +53,36 @@ func NewReconciler(c client.Client, apiReader client.Reader, recorder events.Eve
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
 // +kubebuilder:rbac:groups=fencekeeper.io,resources=fencedleases,verbs=create;delete
 
+// errTermUncertain stops a reconcile before a write while this process's
+// leader-election term is not certainly its own.
+var errTermUncertain = errors.New("this replica's leader-election term is not certain")
+
+// certain is checked right before each write. A leader resumed from a pause
+// past its lease may hold caches, and a view of the claims, older than what
+// the next leader has already reported on the pod: it writes nothing until
+// its term is certain again (or it learns that it ended, and stops).
+func (r *Reconciler) certain() error {
+	if r.leadership != nil && !r.leadership.Current() {
+		return errTermUncertain
+	}
+	return nil
+}
+
 // Reconcile brings one pod's claims and lease annotations in line.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	logger := log.FromContext(ctx).WithValues("pod", req.String())
 	ctx = log.IntoContext(ctx, logger)
-	if r.leadership != nil && !r.leadership.Current() {
-		// A leader resumed from a pause past its lease: its caches and its
-		// view of the claims may be older than what the next leader has
-		// already reported on the pod. It writes nothing until its term is
-		// certain again (or it learns it has ended, and stops).
+	res, err := r.reconcile(ctx, req)
+	if errors.Is(err, errTermUncertain) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	return res, err
+}
 
+func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if err := r.certain(); err != nil {
+		return ctrl.Result{}, err
+	}
 	var pod corev1.Pod
 	err := r.client.Get(ctx, req.NamespacedName, &pod)
 	if apierrors.IsNotFound(err) {
@@ -86,10 +105,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if invalid != "" {
-		return ctrl.Result{}, podGoneIsFine(ctx, r.reportInvalid(ctx, &pod, invalid))
+		return ctrl.Result{}, podChangedIsFine(ctx, r.reportInvalid(ctx, &pod, invalid))
 	}
 	if !wanted {
-		return ctrl.Result{}, podGoneIsFine(ctx, r.syncPod(ctx, &pod, nil, lock != ""))
+		return ctrl.Result{}, podChangedIsFine(ctx, r.syncPod(ctx, &pod, nil, lock != ""))
 	}
 
 	claim, created, err := r.ensureClaim(ctx, &pod, lock, ttl)
@@ -111,15 +130,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// cache has not seen granted yet, while another replica has.)
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, podGoneIsFine(ctx, r.syncPod(ctx, &pod, claim, true))
+	return ctrl.Result{}, podChangedIsFine(ctx, r.syncPod(ctx, &pod, claim, true))
 }
 
-// podGoneIsFine: a pod deleted while we wrote to it (the cache still showed
-// it) is how every pod lease ends, not an error; the deletion's own event
-// brings us back to release its claims.
-func podGoneIsFine(ctx context.Context, err error) error {
-	if apierrors.IsNotFound(err) {
+// podChangedIsFine: a pod deleted while we wrote to it (the cache still
+// showed it) is how every pod lease ends, not an error; the deletion's own
+// event brings us back to release its claims. A pod changed since the cache
+// showed it refuses our write (it carries the resourceVersion we decided
+// on); its update event brings us back with what it says now.
+func podChangedIsFine(ctx context.Context, err error) error {
+	switch {
+	case apierrors.IsNotFound(err):
 		log.FromContext(ctx).V(1).Info("the pod is gone; its claims are released when its deletion is seen", "reason", err.Error())
+		return nil
+	case apierrors.IsConflict(err):
+		log.FromContext(ctx).V(1).Info("the pod changed since the cache showed it; looking again when its change is seen", "reason", err.Error())
 		return nil
 	}
 	return err
@@ -172,6 +197,9 @@ func (r *Reconciler) deleteClaims(ctx context.Context, ns, name string, uid type
 			if owner == *live {
 				continue
 			}
+		}
+		if err := r.certain(); err != nil {
+			return err
 		}
 		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("releasing claim %s/%s: %w", c.Namespace, c.Name, err)
@@ -231,6 +259,9 @@ func (r *Reconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, lock stri
 		// name back; the next reconcile creates the pod's own claim.
 		log.FromContext(ctx).Info("deleting a claim squatting on a pod's claim name", "claim", claim.Name,
 			"createdBy", claim.Annotations[fkv1.AnnotationCreatedBy])
+		if err := r.certain(); err != nil {
+			return nil, false, err
+		}
 		if err := r.client.Delete(ctx, &claim, client.Preconditions{UID: &claim.UID}); err != nil && !apierrors.IsNotFound(err) {
 			return nil, false, fmt.Errorf("deleting claim %s/%s not made for pod %s: %w", claim.Namespace, claim.Name, pod.Name, err)
 		}
@@ -249,6 +280,9 @@ func (r *Reconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, lock stri
 			}},
 		},
 		Spec: fkv1.FencedLeaseSpec{LockName: lock, HolderIdentity: pod.Name, LeaseDurationSeconds: ptr.To(ttl)},
+	}
+	if err := r.certain(); err != nil {
+		return nil, false, err
 	}
 	err = r.client.Create(ctx, &claim)
 	switch {

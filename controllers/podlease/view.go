@@ -84,9 +84,13 @@ func (r *Reconciler) syncPod(ctx context.Context, pod *corev1.Pod, claim *fkv1.F
 	return err
 }
 
-// patchAnnotations merges the lease annotations in patch into the pod.
+// patchAnnotations merges the lease annotations in patch into the pod, as
+// it was when decided on (its resourceVersion, updated by the reply).
 func (r *Reconciler) patchAnnotations(ctx context.Context, pod *corev1.Pod, patch map[string]string) error {
-	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": patch}})
+	if err := r.certain(); err != nil {
+		return err
+	}
+	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": pod.ResourceVersion, "annotations": patch}})
 	if err := r.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body)); err != nil {
 		return fmt.Errorf("annotating pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -110,7 +114,12 @@ func (r *Reconciler) patchCondition(ctx context.Context, pod *corev1.Pod, status
 	}
 	// Conditions merge by type under a strategic merge patch: no other
 	// condition is touched (the cached pod is stripped and could not say).
-	body, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
+	// The resourceVersion makes it a write to the pod as decided on.
+	if err := r.certain(); err != nil {
+		return false, err
+	}
+	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": pod.ResourceVersion},
+		"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
 	if err := r.client.Status().Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, body)); err != nil {
 		return false, fmt.Errorf("setting condition %s on pod %s/%s: %w", fkv1.PodConditionLeaseHeld, pod.Namespace, pod.Name, err)
 	}

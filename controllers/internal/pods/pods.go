@@ -71,28 +71,27 @@ func LivenessOf(pod *corev1.Pod, ownerUID string) Liveness {
 	return NotLive
 }
 
-// LastReadinessChange is when pod's ContainersReady condition, and node's
-// Ready condition (node may be nil), last changed, as the kubelet and the
-// node lifecycle controller record it (whole seconds). A holder pod's
-// renewal signal includes it: readiness that flapped off, on and off again
-// between two looks of the authority is a renewal (the pod was ready in
-// between, so its TTL runs from the last time it stopped being ready), not
-// the same "not live" the earlier look saw.
-func LastReadinessChange(pod *corev1.Pod, node *corev1.Node) string {
-	var out string
+// NotReadySince is when pod's containers last stopped being ready, as the
+// kubelet records it on the ContainersReady condition (whole seconds), for
+// a Running pod whose containers are not ready on a node not known to be
+// not Ready (node may be nil: not known); "" in every other state.
+//
+// A holder pod's renewal signal includes it: two looks of the authority
+// that both saw such a pod, with different times, mean its containers were
+// ready in between, on a node that was Ready both times: a renewal, so its
+// TTL runs from the later look. In the other states a change proves no
+// such thing (containers flipping on a node that is not Ready never made
+// the pod live), so it counts for nothing there.
+func NotReadySince(pod *corev1.Pod, node *corev1.Node) string {
+	if pod.Status.Phase != corev1.PodRunning || node != nil && !NodeReady(node) {
+		return ""
+	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.ContainersReady {
-			out = c.LastTransitionTime.UTC().Format(time.RFC3339)
+		if c.Type == corev1.ContainersReady && c.Status != corev1.ConditionTrue {
+			return c.LastTransitionTime.UTC().Format(time.RFC3339)
 		}
 	}
-	if node != nil {
-		for _, c := range node.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				out += "/" + c.LastTransitionTime.UTC().Format(time.RFC3339)
-			}
-		}
-	}
-	return out
+	return ""
 }
 
 // OnNode takes the pod's node into account: a pod whose node is known and not
@@ -120,8 +119,7 @@ func NodeReady(node *corev1.Node) bool {
 	return false
 }
 
-// StripNode keeps only a node's name and Ready condition (its status and
-// when it last changed, not its heartbeats): the node cache
+// StripNode keeps only a node's name and Ready condition: the node cache
 // costs a few hundred bytes per node.
 func StripNode(obj any) (any, error) {
 	node, ok := obj.(*corev1.Node)
@@ -134,7 +132,7 @@ func StripNode(obj any) (any, error) {
 	}
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
+			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{Type: c.Type, Status: c.Status})
 		}
 	}
 	return out, nil

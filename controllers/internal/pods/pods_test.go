@@ -118,29 +118,28 @@ func TestOnNode(t *testing.T) {
 	g.Expect(NodeReady(out.(*corev1.Node))).To(BeFalse())
 }
 
-func TestLastReadinessChangeSurvivesStripping(t *testing.T) {
+func TestNotReadySince(t *testing.T) {
 	g := NewWithT(t)
-	at := func(s int) metav1.Time { return metav1.NewTime(time.Date(2026, 7, 1, 9, 0, s, 0, time.UTC)) }
-	p := pod(corev1.PodRunning, ptr.To(corev1.ConditionFalse), func(p *corev1.Pod) {
-		p.Status.Conditions[0].LastTransitionTime = at(10)
-	})
-	n := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
-		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: at(20), LastHeartbeatTime: at(30)}}}}
-	sp, err := Strip(p)
+	at := metav1.NewTime(time.Date(2026, 7, 1, 9, 0, 10, 0, time.UTC))
+	notReady := func(tweak ...func(*corev1.Pod)) *corev1.Pod {
+		return pod(corev1.PodRunning, ptr.To(corev1.ConditionFalse), append([]func(*corev1.Pod){func(p *corev1.Pod) {
+			p.Status.Conditions[0].LastTransitionTime = at
+		}}, tweak...)...)
+	}
+	node := func(s corev1.ConditionStatus) *corev1.Node {
+		return &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: s}}}}
+	}
+	const since = "2026-07-01T09:00:10Z"
+	g.Expect(NotReadySince(notReady(), nil)).To(Equal(since), "node not known")
+	g.Expect(NotReadySince(notReady(), node(corev1.ConditionTrue))).To(Equal(since))
+	stripped, err := Strip(notReady())
 	g.Expect(err).NotTo(HaveOccurred())
-	sn, err := StripNode(n)
-	g.Expect(err).NotTo(HaveOccurred())
-	before := LastReadinessChange(sp.(*corev1.Pod), sn.(*corev1.Node))
-	g.Expect(before).To(Equal(LastReadinessChange(p, n)), "the caches keep the transition times")
-	g.Expect(before).To(Equal("2026-07-01T09:00:10Z/2026-07-01T09:00:20Z"))
+	g.Expect(NotReadySince(stripped.(*corev1.Pod), nil)).To(Equal(since), "the pod cache keeps the transition time")
 
-	// A heartbeat is no change; a flap of the pod or of its node is.
-	n.Status.Conditions[0].LastHeartbeatTime = at(40)
-	g.Expect(LastReadinessChange(p, n)).To(Equal(before))
-	p.Status.Conditions[0].LastTransitionTime = at(12)
-	g.Expect(LastReadinessChange(p, n)).NotTo(Equal(before))
-	p.Status.Conditions[0].LastTransitionTime = at(10)
-	n.Status.Conditions[0].LastTransitionTime = at(22)
-	g.Expect(LastReadinessChange(p, n)).NotTo(Equal(before))
-	g.Expect(LastReadinessChange(p, nil)).To(Equal("2026-07-01T09:00:10Z"))
+	// No time where a change would not mean the pod was live in between.
+	g.Expect(NotReadySince(notReady(), node(corev1.ConditionFalse))).To(BeEmpty(), "node not Ready")
+	g.Expect(NotReadySince(notReady(), node(corev1.ConditionUnknown))).To(BeEmpty(), "node gone silent")
+	g.Expect(NotReadySince(pod(corev1.PodRunning, ptr.To(corev1.ConditionTrue)), nil)).To(BeEmpty(), "containers ready")
+	g.Expect(NotReadySince(pod(corev1.PodPending, ptr.To(corev1.ConditionFalse)), nil)).To(BeEmpty(), "not running")
+	g.Expect(NotReadySince(pod(corev1.PodRunning, nil), nil)).To(BeEmpty(), "no condition yet")
 }
