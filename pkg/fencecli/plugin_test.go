@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -118,7 +119,7 @@ while true; do sleep 0.1; done`
 
 	It("waits, without spinning, through the grace period of a CMD that ignores the loss signal, then kills it", func() {
 		run := fence(ns, "run", "ignores-term", "--holder", "W1", "--ttl", "5s", "--grace", "4s", "--",
-			"sh", "-c", `echo started > started.txt; trap '' TERM; while true; do sleep 0.1; done`)
+			"sh", "-c", `echo $$ > started.txt; trap '' TERM; while true; do sleep 0.1; done`)
 		run.Dir = dir
 		logPath := filepath.Join(dir, "run.log")
 		logFile, err := os.Create(logPath)
@@ -129,7 +130,7 @@ while true; do sleep 0.1; done`
 		DeferCleanup(func() { _ = run.Process.Kill() })
 		done := make(chan error, 1)
 		go func() { done <- run.Wait() }()
-		Eventually(func() error { _, err := os.Stat(filepath.Join(dir, "started.txt")); return err }, 30*time.Second).Should(Succeed())
+		commandStarted(filepath.Join(dir, "started.txt")) // it ignores SIGTERM
 
 		By("the lease is lost; CMD ignores the signal")
 		Expect(admin.DeleteAllOf(ctx, &fkv1.FencedLease{}, client.InNamespace(ns))).To(Succeed())
@@ -146,6 +147,19 @@ while true; do sleep 0.1; done`
 		var ee *exec.ExitError
 		Expect(errors.As(err, &ee)).To(BeTrue(), "%v", err)
 		Expect(ee.ExitCode()).To(Equal(128 + 9))
+	})
+
+	It("signals CMD when run itself is killed", func() {
+		run := fence(ns, "run", "run-killed", "--holder", "W1", "--", "sh", "-c",
+			`echo $$ > pid.txt; trap 'echo term > term.txt; exit 0' TERM; while true; do sleep 0.1; done`)
+		run.Dir = dir
+		Expect(run.Start()).To(Succeed())
+		commandStarted(filepath.Join(dir, "pid.txt"))
+
+		Expect(run.Process.Kill()).To(Succeed())
+		_ = run.Wait()
+		Eventually(func() string { b, _ := os.ReadFile(filepath.Join(dir, "term.txt")); return string(b) }, 10*time.Second).
+			Should(Equal("term\n"), "the command works on after run, which renewed its lease, was killed")
 	})
 
 	It("releases the lock when CMD exits and passes its exit code through", func() {
@@ -304,4 +318,19 @@ func cpuTicks(pid int) int {
 	stime, err := strconv.Atoi(fields[12])
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	return utime + stime
+}
+
+// commandStarted waits until the command run started has written its
+// process ID to path, and kills that process when the test ends, whatever
+// run did with it.
+func commandStarted(path string) {
+	var pid int
+	EventuallyWithOffset(1, func() error {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		return err
+	}, 30*time.Second).Should(Succeed())
+	DeferCleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 }

@@ -97,6 +97,7 @@ func runArgs(cmd *cobra.Command, args []string) error {
 func runHeld(o *options, l *lease.Lease, ns string, argv []string, sig syscall.Signal, grace time.Duration) error {
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, o.streams.Out, o.streams.ErrOut
+	child.SysProcAttr = childProcAttr(sig)
 	child.Env = append(os.Environ(),
 		"FENCEKEEPER_EPOCH="+strconv.FormatInt(l.Epoch, 10),
 		"FENCEKEEPER_LOCK="+l.Lock,
