@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -565,6 +566,11 @@ type pausedWrite struct {
 	status  chan int
 }
 
+func (p pausedWrite) wrap(next http.RoundTripper) http.RoundTripper {
+	p.next = next
+	return p
+}
+
 func (p pausedWrite) RoundTrip(req *http.Request) (*http.Response, error) {
 	hold := false
 	if p.match(req) {
@@ -592,7 +598,7 @@ var _ = Describe("The pod bridge paused in the middle of a write", func() {
 				return req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, "/namespaces/"+ns+"/pods/p")
 			}}
 		m, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns},
-			WrapTransport: func(rt http.RoundTripper) http.RoundTripper { pw.next = rt; return pw }})
+			WrapTransport: pw.wrap})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = m.Stop() })
 
@@ -606,6 +612,46 @@ var _ = Describe("The pod bridge paused in the middle of a write", func() {
 		By("the paused write is refused; the bridge looks again and writes what holds now")
 		Eventually(pw.status, 10*time.Second).Should(Receive(Equal(http.StatusConflict)))
 		Eventually(stateOf(ns, "p"), 10*time.Second).Should(Equal("Held/1"))
+	})
+})
+
+var _ = Describe("A pod that stops asking while its Lost write is refused", func() {
+	It("is told Lost even though no later change of the pod passes the bridge's filter", func() {
+		ns := newNamespace()
+		podWatches := envtestutil.NewWatchFreezer(func(req *http.Request) bool { return strings.HasSuffix(req.URL.Path, "/pods") })
+		pw := pausedWrite{once: &sync.Once{}, held: make(chan struct{}), release: make(chan struct{}), status: make(chan int, 1),
+			match: func(req *http.Request) bool {
+				if req.Method != http.MethodPatch || !strings.HasSuffix(req.URL.Path, "/namespaces/"+ns+"/pods/p") || req.GetBody == nil {
+					return false
+				}
+				body, err := req.GetBody()
+				if err != nil {
+					return false
+				}
+				defer body.Close()
+				b, _ := io.ReadAll(body)
+				return strings.Contains(string(b), fkv1.LeaseStateLost)
+			}}
+		m, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns},
+			WrapTransport: func(rt http.RoundTripper) http.RoundTripper { return pw.wrap(podWatches.Wrap(rt)) }})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = m.Stop() })
+
+		p := leasePod(ns, "p", "job", "300", true)
+		Eventually(stateOf(ns, "p"), 10*time.Second).Should(Equal("Held/1"))
+
+		By("the pod stops asking; the bridge's Lost write is on its way when the pod changes again, unseen by the manager")
+		Expect(k8s.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"fencekeeper.io/lease":null}}}`)))).To(Succeed())
+		Eventually(pw.held, 10*time.Second).Should(BeClosed())
+		podWatches.Freeze()
+		Expect(k8s.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"yes"}}}`)))).To(Succeed())
+		close(pw.release)
+		Eventually(pw.status, 10*time.Second).Should(Receive(Equal(http.StatusConflict)))
+
+		By("the manager's pod cache catches up; the change it brings has no lease annotation, so no event reaches the bridge")
+		time.Sleep(1500 * time.Millisecond)
+		podWatches.Thaw()
+		Eventually(stateOf(ns, "p"), 10*time.Second).Should(Equal("Lost/1"), "the pod that no longer holds the lock still says Held")
 	})
 })
 

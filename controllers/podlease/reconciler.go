@@ -105,10 +105,10 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if invalid != "" {
-		return ctrl.Result{}, podChangedIsFine(ctx, r.reportInvalid(ctx, &pod, invalid))
+		return afterPodWrite(ctx, r.reportInvalid(ctx, &pod, invalid))
 	}
 	if !wanted {
-		return ctrl.Result{}, podChangedIsFine(ctx, r.syncPod(ctx, &pod, nil, lock != ""))
+		return afterPodWrite(ctx, r.syncPod(ctx, &pod, nil, lock != ""))
 	}
 
 	claim, created, err := r.ensureClaim(ctx, &pod, lock, ttl)
@@ -130,25 +130,31 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// cache has not seen granted yet, while another replica has.)
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, podChangedIsFine(ctx, r.syncPod(ctx, &pod, claim, true))
+	return afterPodWrite(ctx, r.syncPod(ctx, &pod, claim, true))
 }
 
-// podChangedIsFine: a pod deleted while we wrote to it (the cache still
+// afterPodWrite: a pod deleted while we wrote to it (the cache still
 // showed it) is how every pod lease ends, not an error; the deletion's own
 // event brings us back to release its claims. A pod changed since the cache
 // showed it refuses our write (it carries the resourceVersion we decided
-// on); its update event brings us back with what it says now.
-func podChangedIsFine(ctx context.Context, err error) error {
+// on): we look again after a moment, with what it says by then (its change
+// may bring no event: one to a pod that no longer asks for a lease is
+// filtered out, yet it may still have to be told Lost).
+func afterPodWrite(ctx context.Context, err error) (ctrl.Result, error) {
 	switch {
 	case apierrors.IsNotFound(err):
 		log.FromContext(ctx).V(1).Info("the pod is gone; its claims are released when its deletion is seen", "reason", err.Error())
-		return nil
+		return ctrl.Result{}, nil
 	case apierrors.IsConflict(err):
-		log.FromContext(ctx).V(1).Info("the pod changed since the cache showed it; looking again when its change is seen", "reason", err.Error())
-		return nil
+		log.FromContext(ctx).V(1).Info("the pod changed since the cache showed it; looking again", "reason", err.Error())
+		return ctrl.Result{RequeueAfter: podChangedRetry}, nil
 	}
-	return err
+	return ctrl.Result{}, err
 }
+
+// podChangedRetry is how long after a refused pod write the pod is looked
+// at again: long enough for the cache to show the change, as a rule.
+const podChangedRetry = 500 * time.Millisecond
 
 // IndexPodOwner indexes FencedLeases by the name of the pod they were made for.
 const IndexPodOwner = "podOwner"
