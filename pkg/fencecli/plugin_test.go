@@ -149,6 +149,32 @@ while true; do sleep 0.1; done`
 		Expect(ee.ExitCode()).To(Equal(128 + 9))
 	})
 
+	It("on loss, signals what CMD started too, and kills what outlives the grace period before exiting", func() {
+		// A script that starts two programs and waits: one stops on SIGTERM,
+		// one ignores it. The script itself dies of the signal at once.
+		script := `sh -c 'echo $$ > stops.pid; trap "echo term > stops.txt; exit 0" TERM; while true; do sleep 0.1; done' &
+sh -c 'echo $$ > ignores.pid; trap "" TERM; while true; do sleep 0.1; done' &
+wait`
+		run := fence(ns, "run", "tree", "--holder", "W1", "--ttl", "5s", "--grace", "2s", "--", "sh", "-c", script)
+		run.Dir = dir
+		Expect(run.Start()).To(Succeed())
+		done := make(chan error, 1)
+		go func() { done <- run.Wait() }()
+		commandStarted(filepath.Join(dir, "stops.pid"))
+		ignores := commandStarted(filepath.Join(dir, "ignores.pid"))
+
+		By("the lease is lost")
+		Expect(admin.DeleteAllOf(ctx, &fkv1.FencedLease{}, client.InNamespace(ns))).To(Succeed())
+		Eventually(func() string { b, _ := os.ReadFile(filepath.Join(dir, "stops.txt")); return string(b) }, 10*time.Second).
+			Should(Equal("term\n"), "a program the command started got no signal")
+		var err error
+		Eventually(done, 15*time.Second).Should(Receive(&err))
+		var ee *exec.ExitError
+		Expect(errors.As(err, &ee)).To(BeTrue(), "%v", err)
+		Expect(ee.ExitCode()).To(Equal(128+15), "the script died of SIGTERM")
+		Expect(processRunning(ignores)).To(BeFalse(), "run exited while a program its command started, holding the old epoch, still ran")
+	})
+
 	It("signals CMD when run itself is killed", func() {
 		run := fence(ns, "run", "run-killed", "--holder", "W1", "--", "sh", "-c",
 			`echo $$ > pid.txt; trap 'echo term > term.txt; exit 0' TERM; while true; do sleep 0.1; done`)
@@ -323,7 +349,7 @@ func cpuTicks(pid int) int {
 // commandStarted waits until the command run started has written its
 // process ID to path, and kills that process when the test ends, whatever
 // run did with it.
-func commandStarted(path string) {
+func commandStarted(path string) int {
 	var pid int
 	EventuallyWithOffset(1, func() error {
 		b, err := os.ReadFile(path)
@@ -333,4 +359,15 @@ func commandStarted(path string) {
 		return err
 	}, 30*time.Second).Should(Succeed())
 	DeferCleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	return pid
+}
+
+// processRunning reports whether pid runs (exists and is not a zombie).
+func processRunning(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z"
 }

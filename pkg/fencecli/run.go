@@ -33,9 +33,9 @@ func newRunCommand(o *options) *cobra.Command {
 		Long: `run waits for LOCK, then runs COMMAND while renewing the lease. COMMAND sees
 FENCEKEEPER_EPOCH, FENCEKEEPER_LOCK, FENCEKEEPER_HOLDER, FENCEKEEPER_CLAIM and
 FENCEKEEPER_NAMESPACE; it must stamp FENCEKEEPER_EPOCH on its writes to fenced
-objects. If the lease is lost, COMMAND gets --signal (then SIGKILL after
---grace). When COMMAND exits the lock is released, and run exits with
-COMMAND's exit code.`,
+objects. If the lease is lost, COMMAND and the processes below it get
+--signal, then SIGKILL after --grace (run waits for them). When COMMAND
+exits the lock is released, and run exits with COMMAND's exit code.`,
 		Example: `  kubectl fence run -n reports report-2026-07 --holder W1 --ttl 30s -- ./publish-report.sh
   kubectl fence run -n reports report-2026-07 -- sh -c 'echo "epoch $FENCEKEEPER_EPOCH"'`,
 		Args: runArgs,
@@ -121,24 +121,36 @@ func runHeld(o *options, l *lease.Lease, ns string, argv []string, sig syscall.S
 	// done is set to nil once handled: a closed channel stays ready, and the
 	// loop would spin until the child exits.
 	done := l.Done()
+	// lostTree is what ran under the command when the lease was lost; it
+	// must be gone by killAt.
+	var lostTree []process
+	var killAt time.Time
 loop:
 	for {
 		select {
 		case waitErr = <-exited:
 			break loop
 		case s := <-forward:
+			// To the command only: in a terminal its group got it already.
 			_ = child.Process.Signal(s)
 		case <-done:
 			done = nil
 			if l.State() != lease.Lost {
 				continue
 			}
-			out(o.streams.ErrOut, "kubectl-fence: lease on %s/%s lost (epoch %d); sending %v to %s\n", ns, l.Lock, l.Epoch, sig, argv[0])
-			_ = child.Process.Signal(sig)
-			go func() {
+			out(o.streams.ErrOut, "kubectl-fence: lease on %s/%s lost (epoch %d); sending %v to %s and what it started\n", ns, l.Lock, l.Epoch, sig, argv[0])
+			// Everything the command started holds the epoch too. What is
+			// found now is killed after the grace period even once the
+			// command itself is gone (its orphans no longer show below it).
+			lostTree, killAt = processTree(child.Process.Pid), time.Now().Add(grace)
+			signalTree(lostTree, sig)
+			go func(tree []process) {
 				time.Sleep(grace)
-				_ = child.Process.Kill()
-			}()
+				if now := processTree(child.Process.Pid); len(now) > 0 && len(tree) > 0 && now[0] == tree[0] {
+					tree = append(now, tree...) // the command still runs, maybe with more below it
+				}
+				signalTree(tree, syscall.SIGKILL)
+			}(lostTree)
 		}
 	}
 	relCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -146,6 +158,13 @@ loop:
 	if err := l.Release(relCtx); err != nil {
 		out(o.streams.ErrOut, "kubectl-fence: %v\n", err)
 	}
+	// The command is gone; what it started may not be (a script killed by
+	// the signal leaves its programs to init): they get the grace period
+	// too, then SIGKILL, before run exits.
+	for lostTree != nil && anyRunning(lostTree) && time.Now().Before(killAt) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	signalTree(lostTree, syscall.SIGKILL)
 	var ee *exec.ExitError
 	switch {
 	case waitErr == nil:

@@ -1,0 +1,24 @@
+//go:build !linux
+
+package fencecli
+
+import "syscall"
+
+// process is one process; other systems have no /proc to walk (nor a
+// start time to tell a process from a later one given its ID).
+type process struct {
+	pid   int
+	start string
+}
+
+// processTree returns root only.
+func processTree(root int) []process { return []process{{pid: root}} }
+
+func signalTree(tree []process, sig syscall.Signal) {
+	for _, p := range tree {
+		_ = syscall.Kill(p.pid, sig)
+	}
+}
+
+// anyRunning: without /proc nothing is known to run.
+func anyRunning([]process) bool { return false }
