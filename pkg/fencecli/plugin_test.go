@@ -151,11 +151,17 @@ while true; do sleep 0.1; done`
 
 	It("on loss, signals what CMD started too, and kills what outlives the grace period before exiting", func() {
 		// A script that starts two programs and waits: one stops on SIGTERM,
-		// one ignores it. The script itself dies of the signal at once.
-		script := `sh -c 'echo $$ > stops.pid; trap "echo term > stops.txt; exit 0" TERM; while true; do sleep 0.1; done' &
-sh -c 'echo $$ > ignores.pid; trap "" TERM; while true; do sleep 0.1; done' &
-wait`
-		run := fence(ns, "run", "tree", "--holder", "W1", "--ttl", "5s", "--grace", "2s", "--", "sh", "-c", script)
+		// one ignores it and, after the loss, starts another program. The
+		// script itself dies of the signal at once.
+		for name, body := range map[string]string{
+			"tree.sh":    "sh stops.sh &\nsh ignores.sh &\nwait\n",
+			"stops.sh":   "echo $$ > stops.pid; trap 'echo term > stops.txt; exit 0' TERM; while true; do sleep 0.1; done\n",
+			"ignores.sh": "echo $$ > ignores.pid; trap '' TERM; while [ ! -e stops.txt ]; do sleep 0.1; done; sleep 0.5; sh late.sh\n",
+			"late.sh":    "echo $$ > late.pid; while true; do sleep 0.1; done\n",
+		} {
+			Expect(os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644)).To(Succeed())
+		}
+		run := fence(ns, "run", "tree", "--holder", "W1", "--ttl", "5s", "--grace", "2s", "--", "sh", "tree.sh")
 		run.Dir = dir
 		Expect(run.Start()).To(Succeed())
 		done := make(chan error, 1)
@@ -167,12 +173,14 @@ wait`
 		Expect(admin.DeleteAllOf(ctx, &fkv1.FencedLease{}, client.InNamespace(ns))).To(Succeed())
 		Eventually(func() string { b, _ := os.ReadFile(filepath.Join(dir, "stops.txt")); return string(b) }, 10*time.Second).
 			Should(Equal("term\n"), "a program the command started got no signal")
+		late := commandStarted(filepath.Join(dir, "late.pid"))
 		var err error
 		Eventually(done, 15*time.Second).Should(Receive(&err))
 		var ee *exec.ExitError
 		Expect(errors.As(err, &ee)).To(BeTrue(), "%v", err)
 		Expect(ee.ExitCode()).To(Equal(128+15), "the script died of SIGTERM")
 		Expect(processRunning(ignores)).To(BeFalse(), "run exited while a program its command started, holding the old epoch, still ran")
+		Expect(processRunning(late)).To(BeFalse(), "run exited while a program started after the loss, holding the old epoch, still ran")
 	})
 
 	It("signals CMD when run itself is killed", func() {

@@ -6,13 +6,12 @@ import "syscall"
 
 // process is one process; other systems have no /proc to walk (nor a
 // start time to tell a process from a later one given its ID).
-type process struct {
-	pid   int
-	start string
-}
+type process struct{ pid int }
 
-// processTree returns root only.
-func processTree(root int) []process { return []process{{pid: root}} }
+func processOf(pid int) (process, bool) { return process{pid: pid}, true }
+
+// below returns the roots only.
+func below(roots []process) []process { return roots }
 
 func signalTree(tree []process, sig syscall.Signal) {
 	for _, p := range tree {

@@ -110,6 +110,8 @@ func runHeld(o *options, l *lease.Lease, ns string, argv []string, sig syscall.S
 		return fmt.Errorf("starting %s: %w", argv[0], err)
 	}
 	out(o.streams.ErrOut, "kubectl-fence: holding %s/%s with epoch %d (claim %s); running %s\n", ns, l.Lock, l.Epoch, l.ClaimName, argv[0])
+	// Recorded before anything waits for it, so before its ID can be reused.
+	command, _ := processOf(child.Process.Pid)
 
 	exited := make(chan error, 1)
 	go func() { exited <- child.Wait() }()
@@ -140,16 +142,14 @@ loop:
 			}
 			out(o.streams.ErrOut, "kubectl-fence: lease on %s/%s lost (epoch %d); sending %v to %s and what it started\n", ns, l.Lock, l.Epoch, sig, argv[0])
 			// Everything the command started holds the epoch too. What is
-			// found now is killed after the grace period even once the
-			// command itself is gone (its orphans no longer show below it).
-			lostTree, killAt = processTree(child.Process.Pid), time.Now().Add(grace)
+			// found now, and what it starts meanwhile, is killed after the
+			// grace period even once the command itself is gone (its
+			// orphans no longer show below it).
+			lostTree, killAt = below([]process{command}), time.Now().Add(grace)
 			signalTree(lostTree, sig)
 			go func(tree []process) {
 				time.Sleep(grace)
-				if now := processTree(child.Process.Pid); len(now) > 0 && len(tree) > 0 && now[0] == tree[0] {
-					tree = append(now, tree...) // the command still runs, maybe with more below it
-				}
-				signalTree(tree, syscall.SIGKILL)
+				signalTree(below(tree), syscall.SIGKILL) // with what they started since
 			}(lostTree)
 		}
 	}
@@ -161,10 +161,12 @@ loop:
 	// The command is gone; what it started may not be (a script killed by
 	// the signal leaves its programs to init): they get the grace period
 	// too, then SIGKILL, before run exits.
-	for lostTree != nil && anyRunning(lostTree) && time.Now().Before(killAt) {
-		time.Sleep(50 * time.Millisecond)
+	if lostTree != nil {
+		for anyRunning(below(lostTree)) && time.Now().Before(killAt) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		signalTree(below(lostTree), syscall.SIGKILL)
 	}
-	signalTree(lostTree, syscall.SIGKILL)
 	var ee *exec.ExitError
 	switch {
 	case waitErr == nil:
