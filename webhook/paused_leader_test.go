@@ -42,8 +42,11 @@ var _ = Describe("A leader paused past its leader lease", func() {
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(route.Close)
 		a, err := envtestutil.StartManagerProcessVia(ctx, testEnv, k8s, GinkgoT().TempDir(), GinkgoWriter, route,
-			"--leader-elect", "--leader-election-namespace="+ns, "--leader-elect-lease-duration=4s",
-			"--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms", "--metrics-bind-address="+addr)
+			// B must lead, break W1's hold and grant W2 well within the
+			// webhook's 5 s timeout of W1's paused writes (with a 4 s lease a
+			// loaded CI machine took 4.7 s, and the writes timed out first).
+			"--leader-elect", "--leader-election-namespace="+ns, "--leader-elect-lease-duration=2s",
+			"--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=250ms", "--metrics-bind-address="+addr)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(a.Stop)
 		w1 := acquire(ns, "w1", lock, "W1", 300)
