@@ -20,6 +20,7 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
+	"github.com/fencekeeper/fencekeeper/controllers/lock"
 )
 
 // Reconciler turns the fencekeeper.io/lease annotation of a pod into
@@ -37,15 +38,11 @@ type Reconciler struct {
 	recorder  events.EventRecorder
 	// leadership, with leader election, tells whether this process's term
 	// is certainly still its own (nil: no leader election).
-	leadership Leadership
+	leadership lock.Leadership
 }
 
-// Leadership tells whether this process's leader-election term is
-// certainly still its own (controllers.LeadershipLock).
-type Leadership interface{ Current() bool }
-
 // NewReconciler returns the pod bridge. leadership may be nil.
-func NewReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, leadership Leadership) *Reconciler {
+func NewReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, leadership lock.Leadership) *Reconciler {
 	return &Reconciler{client: c, apiReader: apiReader, recorder: recorder, leadership: leadership}
 }
 
