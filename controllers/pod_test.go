@@ -273,6 +273,19 @@ var _ = Describe("Pod-held leases", func() {
 		Expect(list.Items).To(BeEmpty())
 	})
 
+	It("binds the claims it makes to their pod, also where the claim-identity policy is not in effect (this suite has none)", func() {
+		// A claim that records no identity has every write presenting its
+		// epoch refused (rule 9, fail closed), so the bridge says whom its
+		// claims are for itself.
+		p := leasePod(ns, "bound-worker", "report", "", true)
+		Eventually(stateOf(ns, p.Name), 10*time.Second).Should(Equal("Held/1"))
+		var list fkv1.FencedLeaseList
+		Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+		Expect(list.Items).To(HaveLen(1))
+		Expect(list.Items[0].Annotations).To(HaveKeyWithValue(fkv1.AnnotationCreatedByPodUID, string(p.UID)))
+		Expect(list.Items[0].Annotations).To(HaveKeyWithValue(fkv1.AnnotationCreatedBy, ""))
+	})
+
 	It("names claims deterministically and validly for long pod names", func() {
 		long := "worker-"
 		for len(long) < 240 {

@@ -241,7 +241,7 @@ func madeFor(claim *fkv1.FencedLease, pod *corev1.Pod) bool {
 	}
 	createdBy, recorded := claim.Annotations[fkv1.AnnotationCreatedBy]
 	if !recorded {
-		return true // no claim-identity policy installed: nothing binds it to anyone
+		return true // made by an older manager without the claim-identity policy: it binds nobody
 	}
 	return createdBy == "" && claim.Annotations[fkv1.AnnotationCreatedByPodUID] == string(pod.UID)
 }
@@ -277,6 +277,14 @@ func (r *Reconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, lock stri
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: pod.Namespace, Name: name,
 			Labels: map[string]string{fkv1.LabelPodUID: string(pod.UID)},
+			// Bound to the pod, as the claim-identity policy binds the
+			// manager's claims for pods; said here too so that the claim is
+			// bound where that policy is not in effect (a claim that binds
+			// nobody is refused every write, rule 9).
+			Annotations: map[string]string{
+				fkv1.AnnotationCreatedBy:       "",
+				fkv1.AnnotationCreatedByPodUID: string(pod.UID),
+			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false),

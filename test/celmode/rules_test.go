@@ -117,6 +117,44 @@ func (s *scen) handoff() {
 	s.b.settleGone(s.ns, lockName, s.e1)
 }
 
+// unboundHandoff: W1 releases, and "w-unbound", created as admin while the
+// claim-identity policy is not in effect (so it records no identity), holds
+// with e2. It waits until admission judges e2 the current epoch: a dry-run
+// create presenting it is no longer refused as never issued or not current
+// (it is then accepted or refused on identity; the case's write decides).
+func (s *scen) unboundHandoff() {
+	s.b.t.Helper()
+	ctx := context.Background()
+	s.b.release(s.w1)
+	w := &fkv1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "w-unbound"},
+		Spec:       fkv1.FencedLeaseSpec{LockName: lockName, HolderIdentity: "w-unbound", LeaseDurationSeconds: ptr.To(int32(3600))},
+	}
+	if err := envtestutil.WithoutClaimIdentity(ctx, s.b.env.Admin, func() { s.must(s.b.admin.Create(ctx, w)) }); err != nil {
+		s.b.t.Fatal(err)
+	}
+	for _, k := range []string{fkv1.AnnotationCreatedBy, fkv1.AnnotationCreatedByPodUID} {
+		if v, ok := w.Annotations[k]; ok {
+			s.b.t.Fatalf("the claim made without the claim-identity policy records %s=%q", k, v)
+		}
+	}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := s.b.admin.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil || w.Status.Phase != fkv1.PhaseHeld {
+			return false, nil
+		}
+		s.e2 = w.Status.Epoch
+		probe := configMap(s.ns, "unbound-probe", lockName, map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(s.e2)}, "probe")
+		last = s.b.admin.Create(ctx, probe, client.DryRunAll)
+		r := reasonOf(last)
+		return r == allowed || r == fkv1.AdmissionIdentityMismatch, nil
+	})
+	if err != nil {
+		s.b.t.Fatalf("claim w-unbound never held, or admission never took its epoch %d as current: %v", s.e2, last)
+	}
+	s.b.settleGone(s.ns, lockName, s.e1)
+}
+
 func data(v string) func(*corev1.ConfigMap) {
 	return func(cm *corev1.ConfigMap) { cm.Data = map[string]string{"report": v} }
 }
@@ -466,6 +504,18 @@ func cases() []ruleCase {
 			write: func(s *scen) error { return s.update(s.b.admin, s.e1, data("W1 late")) }},
 		{name: "another identity presents the holder's epoch", want: fkv1.AdmissionIdentityMismatch,
 			write: func(s *scen) error { return s.update(s.b.mallory, s.e1, data("mallory")) }},
+		{name: "the holder's claim records no identity (made while the claim-identity policy was not in effect): its creator is refused",
+			want: fkv1.AdmissionIdentityMismatch, setup: func(s *scen) { s.unboundHandoff() },
+			write: func(s *scen) error { return s.update(s.b.admin, s.e2, data("unbound holder")) }},
+		{name: "the holder's claim records no identity: another identity is refused",
+			want: fkv1.AdmissionIdentityMismatch, setup: func(s *scen) { s.unboundHandoff() },
+			write: func(s *scen) error { return s.update(s.b.mallory, s.e2, data("mallory")) }},
+		{name: "the holder's claim records no identity, on an object open to any identity", watermark: e2,
+			setup: func(s *scen) {
+				s.must(s.update(s.b.admin, s.e1, annotate(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)))
+				s.unboundHandoff()
+			},
+			write: func(s *scen) error { return s.update(s.b.mallory, s.e2, data("helper")) }},
 		{name: "another identity presents the holder's epoch on an object that opted out", watermark: e1,
 			setup: func(s *scen) {
 				s.must(s.update(s.b.admin, s.e1, annotate(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)))

@@ -179,6 +179,45 @@ func waitForClaimIdentity(ctx context.Context, admin client.Client) error {
 	}
 }
 
+// WithoutClaimIdentity runs fn while the claim-identity policy is not in
+// effect, as on a cluster right after the policy is installed or before it
+// was: its binding is deleted, and fn runs once a dry-run claim create comes
+// back recording nobody. The binding is then created again (also when fn
+// exits through t.Fatal), and WithoutClaimIdentity returns once the policy
+// is back in effect.
+func WithoutClaimIdentity(ctx context.Context, cfg *rest.Config, fn func()) (err error) {
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return err
+	}
+	binding := &admissionregistrationv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-claim-identity"}}
+	if err := c.Delete(ctx, binding); err != nil {
+		return fmt.Errorf("deleting the claim-identity binding: %w", err)
+	}
+	defer func() {
+		if rerr := applyFile(ctx, c, filepath.Join(RepoRoot(), "config", "policy", "claim-identity.yaml")); rerr != nil {
+			err = errors.Join(err, rerr)
+			return
+		}
+		err = errors.Join(err, waitForClaimIdentity(ctx, c))
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		probe := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ManagerNamespace, Name: "fencekeeper-unbound-probe"},
+			Spec: fkv1.FencedLeaseSpec{LockName: "probe", HolderIdentity: "probe"}}
+		err := c.Create(ctx, probe, client.DryRunAll)
+		if _, recorded := probe.Annotations[fkv1.AnnotationCreatedBy]; err == nil && !recorded {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the claim-identity policy is still in effect 30s after its binding was deleted (probe: %v, annotations %v)", err, probe.Annotations)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	fn()
+	return nil
+}
+
 // waitForPolicy waits until the apiserver enforces the policy. Its status is
 // written by kube-controller-manager, which a local control plane does not
 // run, so it probes instead: a dry-run delete of a managed Lease by a user

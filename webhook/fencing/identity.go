@@ -16,8 +16,10 @@ type Identity struct {
 }
 
 // Binding is the identity a claim is bound to: the user who created it and,
-// for a pod-bound token or a pod-lease claim, the pod. An empty field does
-// not constrain. Known is false when the claim that held the epoch is gone.
+// for a pod-bound token or a pod-lease claim, the pod. One empty field does
+// not constrain; both empty bind nobody, and then nobody's write presenting
+// the epoch is accepted. Known is false when the claim that held the epoch
+// is gone.
 type Binding struct {
 	User, PodUID string
 	Known        bool
@@ -61,6 +63,17 @@ func CheckIdentity(lock LockState, epoch int64, who Identity, bound Binding) Dec
 		return deny(http.StatusForbidden, fkv1.AdmissionIdentityMismatch, epoch,
 			"epoch %d of lock %s: the claim that held it is gone (or two claims show it), so the writer's identity cannot be checked "+
 				"(objects that accept old epochs from anyone carry %s: %s)", epoch, lockRef, fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)
+	}
+	if bound.User == "" && bound.PodUID == "" {
+		// Rule 9 by default: only the identity holding an epoch may present
+		// it. A claim created while the claim-identity policy was not in
+		// effect (or before identities were recorded) names no identity, so
+		// nobody can be told apart from its holder: fail closed rather than
+		// let its epoch be a bearer token.
+		return deny(http.StatusForbidden, fkv1.AdmissionIdentityMismatch, epoch,
+			"epoch %d of lock %s: the claim that holds it records no identity (it was created while the claim-identity policy "+
+				"was not in effect), so the writer's identity cannot be checked: release it and create a new claim "+
+				"(or set %s: %s on the object to accept the epoch from any identity)", epoch, lockRef, fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)
 	}
 	userOK := bound.User == "" || bound.User == who.User
 	podOK := bound.PodUID == "" || bound.PodUID == who.PodUID

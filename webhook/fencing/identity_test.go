@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"strings"
 	"testing"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -24,7 +25,8 @@ func TestCheckIdentity(t *testing.T) {
 		{"no pod token", pod, Identity{User: "admin"}, false},
 		{"user and pod both must match", both, Identity{User: "system:serviceaccount:reports:other", PodUID: "pod-a"}, false},
 		{"user and pod both match", both, Identity{User: "system:serviceaccount:reports:worker", PodUID: "pod-a"}, true},
-		{"a claim made before identities were recorded binds nobody", Binding{Known: true}, Identity{User: "anyone"}, true},
+		{"a claim that records no identity: not anyone", Binding{Known: true}, Identity{User: "anyone"}, false},
+		{"a claim that records no identity: not even a pod-bound token", Binding{Known: true}, Identity{User: "system:serviceaccount:reports:worker", PodUID: "pod-a"}, false},
 		{"the claim that held the epoch is gone", Binding{}, Identity{User: "alice"}, false},
 	}
 	for _, tc := range cases {
@@ -35,6 +37,9 @@ func TestCheckIdentity(t *testing.T) {
 			}
 			if !d.Allowed && (d.Reason != fkv1.AdmissionIdentityMismatch || d.Code != 403) {
 				t.Errorf("denial %s/%d, want IdentityMismatch/403", d.Reason, d.Code)
+			}
+			if unbound := tc.bound.Known && tc.bound.User == "" && tc.bound.PodUID == ""; unbound && !strings.Contains(d.Message, "records no identity") {
+				t.Errorf("the refusal of an epoch whose claim records no identity does not say so: %s", d.Message)
 			}
 		})
 	}
