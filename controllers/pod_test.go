@@ -15,9 +15,11 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/controllers/podlease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
 
@@ -284,6 +286,32 @@ var _ = Describe("Pod-held leases", func() {
 		Expect(list.Items).To(HaveLen(1))
 		Expect(list.Items[0].Annotations).To(HaveKeyWithValue(fkv1.AnnotationCreatedByPodUID, string(p.UID)))
 		Expect(list.Items[0].Annotations).To(HaveKeyWithValue(fkv1.AnnotationCreatedBy, ""))
+	})
+
+	It("replaces a claim under the pod's claim name that records no binding (an older manager's) with one bound to the pod, which then holds", func() {
+		// The claim is made before the pod asks (a pod's claim needs its
+		// UID), so that the bridge finds it when the pod does.
+		p := leasePod(ns, "upgraded-worker", "", "", true) // not asking yet
+		old := &fkv1.FencedLease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: podlease.PodClaimName(p, "report"),
+				Labels: map[string]string{fkv1.LabelPodUID: string(p.UID)},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID,
+					Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false)}}},
+			Spec: fkv1.FencedLeaseSpec{LockName: "report", HolderIdentity: p.Name, LeaseDurationSeconds: ptr.To(int32(30))},
+		}
+		Expect(k8s.Create(ctx, old)).To(Succeed())
+		Expect(old.Annotations).NotTo(HaveKey(fkv1.AnnotationCreatedBy), "this suite has no claim-identity policy")
+
+		Expect(k8s.Patch(ctx, p, client.RawPatch(types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"report"}}}`, fkv1.AnnotationLease))))).To(Succeed())
+		Eventually(func(g Gomega) {
+			var c fkv1.FencedLease
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(old), &c)).To(Succeed())
+			g.Expect(c.UID).NotTo(Equal(old.UID), "the claim that records no binding is still the pod's")
+			g.Expect(c.Annotations).To(HaveKeyWithValue(fkv1.AnnotationCreatedByPodUID, string(p.UID)))
+			g.Expect(c.Status.Phase).To(Equal(fkv1.PhaseHeld))
+		}, 15*time.Second).Should(Succeed())
+		Eventually(func() string { s, _, _ := podLease(ns, p.Name); return s }, 10*time.Second).Should(Equal(fkv1.LeaseStateHeld))
 	})
 
 	It("names claims deterministically and validly for long pod names", func() {

@@ -168,5 +168,13 @@ func BreakRequest(c *FencedLease) (by, reason string, ok bool) {
 	return by, reason, ok
 }
 
+// RecordsNoIdentity reports whether claim c names nobody as its creator:
+// it was created while the claim-identity policy was not in effect. Such a
+// claim binds nobody, and admission refuses every write presenting its
+// epoch (rule 9).
+func RecordsNoIdentity(c *FencedLease) bool {
+	return c.Annotations[AnnotationCreatedBy] == "" && c.Annotations[AnnotationCreatedByPodUID] == ""
+}
+
 // MaxBreakReason is the longest break reason admission accepts.
 const MaxBreakReason = 512

@@ -25,6 +25,14 @@ func (r *Reconciler) recordClaimTransition(ctx context.Context, c *fkv1.FencedLe
 	}
 	switch transition {
 	case fkv1.ReasonGranted:
+		if fkv1.RecordsNoIdentity(c) {
+			// Said at the grant, not only at the holder's first refused write.
+			r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Grant",
+				"Granted epoch %d of lock %s to %s, but this claim records no identity (it was created while the claim-identity "+
+					"policy was not in effect): every write presenting the epoch will be refused; release it and create a new claim",
+				c.Status.Epoch, c.Spec.LockName, c.Spec.HolderIdentity)
+			return
+		}
 		r.recorder.Eventf(c, related, corev1.EventTypeNormal, transition, "Grant",
 			"Granted epoch %d of lock %s to %s", c.Status.Epoch, c.Spec.LockName, c.Spec.HolderIdentity)
 	case fkv1.ReasonQueued:

@@ -232,18 +232,18 @@ func madeForUID(c *fkv1.FencedLease, uid types.UID) bool {
 }
 
 // madeFor reports whether claim is the one the bridge made for pod: owned by
-// the pod and, where the apiserver records who creates claims, bound to the
-// pod rather than to a user (only the manager's claims for pods are).
+// the pod and bound to it rather than to a user (the bridge writes that
+// binding, and the claim-identity policy writes the same for the manager's
+// claims for pods). A claim that records no binding (made by an older
+// manager without the policy, or by someone else) is not: its epoch would be
+// refused every write (rule 9), so the bridge replaces it.
 func madeFor(claim *fkv1.FencedLease, pod *corev1.Pod) bool {
 	ref := pods.OwnerRef(claim)
 	if ref == nil || ref.UID != pod.UID {
 		return false
 	}
 	createdBy, recorded := claim.Annotations[fkv1.AnnotationCreatedBy]
-	if !recorded {
-		return true // made by an older manager without the claim-identity policy: it binds nobody
-	}
-	return createdBy == "" && claim.Annotations[fkv1.AnnotationCreatedByPodUID] == string(pod.UID)
+	return recorded && createdBy == "" && claim.Annotations[fkv1.AnnotationCreatedByPodUID] == string(pod.UID)
 }
 
 // ensureClaim returns the pod's claim for lock, creating it if the cache has

@@ -109,7 +109,8 @@ func TestMadeForRefusesAClaimSquattingOnThePodsName(t *testing.T) {
 		return c
 	}
 	g.Expect(madeFor(own(map[string]string{fkv1.AnnotationCreatedBy: "", fkv1.AnnotationCreatedByPodUID: string(pod.UID)}), pod)).To(BeTrue(), "the bridge's claim")
-	g.Expect(madeFor(own(nil), pod)).To(BeTrue(), "no claim-identity policy: nothing recorded")
+	g.Expect(madeFor(own(nil), pod)).To(BeFalse(), "a claim that records no binding (its epoch would be refused every write)")
+	g.Expect(madeFor(own(map[string]string{fkv1.AnnotationCreatedByPodUID: string(pod.UID)}), pod)).To(BeFalse(), "no created-by at all")
 	g.Expect(madeFor(own(map[string]string{fkv1.AnnotationCreatedBy: "mallory", fkv1.AnnotationCreatedByPodUID: ""}), pod)).To(BeFalse(), "a user's claim with a forged owner")
 	g.Expect(madeFor(own(map[string]string{fkv1.AnnotationCreatedBy: "", fkv1.AnnotationCreatedByPodUID: "another-pod"}), pod)).To(BeFalse())
 	g.Expect(madeFor(podClaim(fkv1.PhasePending, 0), pod)).To(BeFalse(), "not owned by the pod")

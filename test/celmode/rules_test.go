@@ -19,6 +19,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -151,6 +152,23 @@ func (s *scen) unboundHandoff() {
 	})
 	if err != nil {
 		s.b.t.Fatalf("claim w-unbound never held, or admission never took its epoch %d as current: %v", s.e2, last)
+	}
+	// The grant says so at once, as a Warning on the claim.
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var evs eventsv1.EventList
+		if err := s.b.admin.List(ctx, &evs, client.InNamespace(s.ns)); err != nil {
+			return false, nil
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == w.Name && e.Reason == fkv1.ReasonGranted && e.Type == corev1.EventTypeWarning &&
+				strings.Contains(e.Note, "records no identity") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		s.b.t.Fatalf("no Warning Event on claim w-unbound says that it records no identity")
 	}
 	s.b.settleGone(s.ns, lockName, s.e1)
 }

@@ -132,6 +132,29 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Expect(out).To(ContainSubstring("- --fencing-mode=webhook\n"))
 	})
 
+	It("with leaseGuard.enabled=false leaves out only the managed-Lease guard: claims still record who made them, and who broke them", func() {
+		// A claim that records no identity binds nobody, and every write
+		// presenting its epoch is refused (rule 9): without the claim-identity
+		// policy, no holder but pods could write at all.
+		out, errOut, err := helm("template", "fk", chartDir, "--namespace", "fencekeeper-system", "--set", "leaseGuard.enabled=false")
+		Expect(err).NotTo(HaveOccurred(), errOut)
+		off := byKindName(out)
+		Expect(off).NotTo(HaveKey("ValidatingAdmissionPolicy/fencekeeper-managed-lease-guard"))
+		Expect(off).NotTo(HaveKey("ValidatingAdmissionPolicyBinding/fencekeeper-managed-lease-guard"))
+		out, errOut, err = helm("template", "fk", chartDir, "--namespace", "fencekeeper-system")
+		Expect(err).NotTo(HaveOccurred(), errOut)
+		on := byKindName(out)
+		for _, k := range []string{
+			"MutatingAdmissionPolicy/fencekeeper-claim-identity", "MutatingAdmissionPolicyBinding/fencekeeper-claim-identity",
+			"ValidatingAdmissionPolicy/fencekeeper-claim-identity-immutable", "ValidatingAdmissionPolicyBinding/fencekeeper-claim-identity-immutable",
+			"MutatingAdmissionPolicy/fencekeeper-claim-break", "ValidatingAdmissionPolicy/fencekeeper-claim-break",
+			"ConfigMap/fk-fencekeeper-lease-guard-params",
+		} {
+			Expect(on).To(HaveKey(k))
+			Expect(off).To(HaveKeyWithValue(k, Equal(on[k])), "%s differs or is missing with leaseGuard.enabled=false", k)
+		}
+	})
+
 	It("installs, upgrades with changed values, and uninstalls", func() {
 		out, errOut, err := helm("install", "fk", chartDir, "-n", "fencekeeper-system", "--create-namespace")
 		Expect(err).NotTo(HaveOccurred(), out+errOut)

@@ -383,6 +383,12 @@ func managerMetricFamilies() map[string]string {
 		_ = wh.Cleanup()
 	})
 
+	// Claims record who makes them (without that, every write presenting
+	// their epoch is refused), as the chart's policies would have them.
+	removeIdentity, err := envtestutil.InstallClaimIdentity(ctx, adminCfg, envtestutil.ManagerUser)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { Expect(removeIdentity(ctx)).To(Succeed()) })
+
 	port := freePort()
 	p, err := envtestutil.StartManagerProcess(ctx, env, admin, GinkgoT().TempDir(), GinkgoWriter,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port))

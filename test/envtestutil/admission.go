@@ -179,6 +179,52 @@ func waitForClaimIdentity(ctx context.Context, admin client.Client) error {
 	}
 }
 
+// InstallClaimIdentity applies the claim-identity policies (config/policy)
+// and their parameter naming managerUser, for an environment that has no
+// lease guard, and waits until claims record who creates them (a claim that
+// records nobody has every write presenting its epoch refused). remove
+// takes them away again, so that a chart installed later can own them.
+func InstallClaimIdentity(ctx context.Context, cfg *rest.Config, managerUser string) (remove func(context.Context) error, err error) {
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return nil, err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ManagerNamespace}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	params := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-lease-guard-params", Namespace: ManagerNamespace},
+		Data:       map[string]string{"managerUsername": managerUser},
+	}
+	objs := []client.Object{
+		params,
+		&admissionregistrationv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-claim-identity"}},
+		&admissionregistrationv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-claim-identity"}},
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-claim-identity-immutable"}},
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-claim-identity-immutable"}},
+	}
+	remove = func(ctx context.Context) error {
+		var errs []error
+		for _, o := range objs {
+			if err := c.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if err := c.Create(ctx, params.DeepCopy()); err != nil {
+		return nil, fmt.Errorf("creating the claim-identity parameter: %w", err)
+	}
+	if err := applyFile(ctx, c, filepath.Join(RepoRoot(), "config", "policy", "claim-identity.yaml")); err != nil {
+		return nil, errors.Join(err, remove(ctx))
+	}
+	if err := waitForClaimIdentity(ctx, c); err != nil {
+		return nil, errors.Join(err, remove(ctx))
+	}
+	return remove, nil
+}
+
 // WithoutClaimIdentity runs fn while the claim-identity policy is not in
 // effect, as on a cluster right after the policy is installed or before it
 // was: its binding is deleted, and fn runs once a dry-run claim create comes
