@@ -29,7 +29,8 @@ func (r *Reconciler) recordClaimTransition(ctx context.Context, c *fkv1.FencedLe
 			// Said at the grant, not only at the holder's first refused write.
 			r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Grant",
 				"Granted epoch %d of lock %s to %s, but this claim records no identity (it was created while the claim-identity "+
-					"policy was not in effect): every write presenting the epoch will be refused; release it and create a new claim",
+					"policy was not in effect): every write presenting the epoch will be refused (but to objects that accept it from any identity); "+
+					"release it and create a new claim",
 				c.Status.Epoch, c.Spec.LockName, c.Spec.HolderIdentity)
 			return
 		}

@@ -401,6 +401,9 @@ func grantedClaim(prefix string) (string, *fkv1.FencedLease) {
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	claim := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1"},
 		Spec: fkv1.FencedLeaseSpec{LockName: "report", HolderIdentity: "W1", LeaseDurationSeconds: ptr.To(int32(300))}}
+	// A claim made before the chart's claim-identity policy is in effect
+	// records no identity, and its epoch is refused every write.
+	ExpectWithOffset(1, envtestutil.WaitForClaimIdentity(ctx, admin)).To(Succeed())
 	// The claim-identity policy needs the CRD's schema, which the apiserver
 	// publishes a moment after the CRD is installed.
 	EventuallyWithOffset(1, func() error { return admin.Create(ctx, claim) }, 20*time.Second).Should(Succeed())

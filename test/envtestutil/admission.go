@@ -116,7 +116,7 @@ func InstallLeaseGuard(ctx context.Context, cfg, managerCfg *rest.Config, manage
 	if err := waitForPolicy(ctx, c, mc); err != nil {
 		return err
 	}
-	if err := waitForClaimIdentity(ctx, c); err != nil {
+	if err := WaitForClaimIdentity(ctx, c); err != nil {
 		return err
 	}
 	return waitForClaimBreak(ctx, c)
@@ -160,9 +160,11 @@ func waitForClaimBreak(ctx context.Context, admin client.Client) error {
 	}
 }
 
-// waitForClaimIdentity waits until the apiserver records who creates a
-// claim: a dry-run create must come back with the creator's annotation.
-func waitForClaimIdentity(ctx context.Context, admin client.Client) error {
+// WaitForClaimIdentity waits until the apiserver records who creates a
+// claim: a dry-run create (in the manager's namespace) must come back with
+// the creator's annotation. A claim made before that records no identity,
+// and every write presenting its epoch is refused.
+func WaitForClaimIdentity(ctx context.Context, admin client.Client) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		probe := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ManagerNamespace, Name: "fencekeeper-policy-probe",
@@ -219,7 +221,7 @@ func InstallClaimIdentity(ctx context.Context, cfg *rest.Config, managerUser str
 	if err := applyFile(ctx, c, filepath.Join(RepoRoot(), "config", "policy", "claim-identity.yaml")); err != nil {
 		return nil, errors.Join(err, remove(ctx))
 	}
-	if err := waitForClaimIdentity(ctx, c); err != nil {
+	if err := WaitForClaimIdentity(ctx, c); err != nil {
 		return nil, errors.Join(err, remove(ctx))
 	}
 	return remove, nil
@@ -245,7 +247,7 @@ func WithoutClaimIdentity(ctx context.Context, cfg *rest.Config, fn func()) (err
 			err = errors.Join(err, rerr)
 			return
 		}
-		err = errors.Join(err, waitForClaimIdentity(ctx, c))
+		err = errors.Join(err, WaitForClaimIdentity(ctx, c))
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
