@@ -528,6 +528,28 @@ func cases() []ruleCase {
 		{name: "the holder's claim records no identity: another identity is refused",
 			want: fkv1.AdmissionIdentityMismatch, setup: func(s *scen) { s.unboundHandoff() },
 			write: func(s *scen) error { return s.update(s.b.mallory, s.e2, data("mallory")) }},
+		{name: "the holder's claim records no identity: its creator's merge patch",
+			want: fkv1.AdmissionIdentityMismatch, setup: func(s *scen) { s.unboundHandoff() },
+			write: func(s *scen) error {
+				return s.patch(s.b.admin, types.MergePatchType, fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"data":{"report":"unbound"}}`,
+					fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e2)))
+			}},
+		{name: "the holder's claim records no identity: another identity's JSON patch",
+			want: fkv1.AdmissionIdentityMismatch, setup: func(s *scen) { s.unboundHandoff() },
+			write: func(s *scen) error {
+				return s.patch(s.b.mallory, types.JSONPatchType, fmt.Sprintf(`[{"op":"add","path":"/metadata/annotations/fencekeeper.io~1epoch","value":%q},`+
+					`{"op":"replace","path":"/data/report","value":"mallory"}]`, fkv1.FormatEpoch(s.e2)))
+			}},
+		{name: "the holder's claim records no identity: its creator's server-side apply",
+			want: fkv1.AdmissionIdentityMismatch, setup: func(s *scen) { s.unboundHandoff() },
+			write: func(s *scen) error {
+				return s.apply("w-unbound", fmt.Sprintf(`,"annotations":{%q:%q}`, fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e2)), "unbound")
+			}},
+		{name: "the holder's claim records no identity: its creator creates an object presenting its epoch", noObject: true,
+			want: fkv1.AdmissionIdentityMismatch, setup: func(s *scen) { s.unboundHandoff() },
+			write: func(s *scen) error {
+				return s.b.admin.Create(context.Background(), configMap(s.ns, "report", lockName, map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(s.e2)}, "unbound"))
+			}},
 		{name: "the holder's claim records no identity, on an object open to any identity", watermark: e2,
 			setup: func(s *scen) {
 				s.must(s.update(s.b.admin, s.e1, annotate(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)))
