@@ -97,19 +97,11 @@ func InstallLeaseGuard(ctx context.Context, cfg, managerCfg *rest.Config, manage
 	if err != nil {
 		return err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ManagerNamespace}}
-	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	params := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-lease-guard-params", Namespace: ManagerNamespace},
-		Data:       map[string]string{"managerUsername": managerUser},
-	}
-	if err := c.Create(ctx, params); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := createPolicyParams(ctx, c, managerUser); err != nil {
 		return err
 	}
 	for _, f := range []string{"managed-lease-guard.yaml", "claim-identity.yaml", "claim-break.yaml"} {
-		if err := applyFile(ctx, c, filepath.Join(RepoRoot(), "config", "policy", f)); err != nil {
+		if _, err := applyPolicyFile(ctx, c, f); err != nil {
 			return err
 		}
 	}
@@ -120,6 +112,24 @@ func InstallLeaseGuard(ctx context.Context, cfg, managerCfg *rest.Config, manage
 		return err
 	}
 	return waitForClaimBreak(ctx, c)
+}
+
+// createPolicyParams creates the manager namespace and the policies'
+// parameter naming managerUser (both may exist already), and returns the
+// parameter.
+func createPolicyParams(ctx context.Context, c client.Client, managerUser string) (*corev1.ConfigMap, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ManagerNamespace}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	params := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-lease-guard-params", Namespace: ManagerNamespace},
+		Data:       map[string]string{"managerUsername": managerUser},
+	}
+	if err := c.Create(ctx, params); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	return params, nil
 }
 
 // waitForClaimBreak waits until the apiserver records who breaks a lock: a
@@ -191,21 +201,11 @@ func InstallClaimIdentity(ctx context.Context, cfg *rest.Config, managerUser str
 	if err != nil {
 		return nil, err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ManagerNamespace}}
-	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+	params, err := createPolicyParams(ctx, c, managerUser)
+	if err != nil {
 		return nil, err
 	}
-	params := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-lease-guard-params", Namespace: ManagerNamespace},
-		Data:       map[string]string{"managerUsername": managerUser},
-	}
-	objs := []client.Object{
-		params,
-		&admissionregistrationv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-claim-identity"}},
-		&admissionregistrationv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-claim-identity"}},
-		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-claim-identity-immutable"}},
-		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-claim-identity-immutable"}},
-	}
+	objs := []client.Object{params}
 	remove = func(ctx context.Context) error {
 		var errs []error
 		for _, o := range objs {
@@ -215,10 +215,9 @@ func InstallClaimIdentity(ctx context.Context, cfg *rest.Config, managerUser str
 		}
 		return errors.Join(errs...)
 	}
-	if err := c.Create(ctx, params.DeepCopy()); err != nil {
-		return nil, fmt.Errorf("creating the claim-identity parameter: %w", err)
-	}
-	if err := applyFile(ctx, c, filepath.Join(RepoRoot(), "config", "policy", "claim-identity.yaml")); err != nil {
+	applied, err := applyPolicyFile(ctx, c, "claim-identity.yaml")
+	objs = append(objs, applied...)
+	if err != nil {
 		return nil, errors.Join(err, remove(ctx))
 	}
 	if err := WaitForClaimIdentity(ctx, c); err != nil {
@@ -243,24 +242,22 @@ func WithoutClaimIdentity(ctx context.Context, cfg *rest.Config, fn func()) (err
 		return fmt.Errorf("deleting the claim-identity binding: %w", err)
 	}
 	defer func() {
-		if rerr := applyFile(ctx, c, filepath.Join(RepoRoot(), "config", "policy", "claim-identity.yaml")); rerr != nil {
+		if _, rerr := applyPolicyFile(ctx, c, "claim-identity.yaml"); rerr != nil {
 			err = errors.Join(err, rerr)
 			return
 		}
 		err = errors.Join(err, WaitForClaimIdentity(ctx, c))
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		probe := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ManagerNamespace, Name: "fencekeeper-unbound-probe"},
+	var probe *fkv1.FencedLease
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		probe = &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ManagerNamespace, Name: "fencekeeper-unbound-probe"},
 			Spec: fkv1.FencedLeaseSpec{LockName: "probe", HolderIdentity: "probe"}}
-		err := c.Create(ctx, probe, client.DryRunAll)
-		if _, recorded := probe.Annotations[fkv1.AnnotationCreatedBy]; err == nil && !recorded {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the claim-identity policy is still in effect 30s after its binding was deleted (probe: %v, annotations %v)", err, probe.Annotations)
-		}
-		time.Sleep(50 * time.Millisecond)
+		last = c.Create(ctx, probe, client.DryRunAll)
+		_, recorded := probe.Annotations[fkv1.AnnotationCreatedBy]
+		return last == nil && !recorded, nil
+	}); err != nil {
+		return fmt.Errorf("the claim-identity policy is still in effect 30s after its binding was deleted (probe: %v, annotations %v)", last, probe.Annotations)
 	}
 	fn()
 	return nil
@@ -294,26 +291,31 @@ func waitForPolicy(ctx context.Context, admin, manager client.Client) error {
 	return client.IgnoreNotFound(manager.Delete(ctx, probe))
 }
 
-func applyFile(ctx context.Context, c client.Client, path string) error {
+// applyPolicyFile creates the objects of config/policy/name (those that
+// exist already are left as they are), and returns them.
+func applyPolicyFile(ctx context.Context, c client.Client, name string) ([]client.Object, error) {
+	path := filepath.Join(RepoRoot(), "config", "policy", name)
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var objs []client.Object
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {
-		var u unstructured.Unstructured
+		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); err != nil {
 			if errors.Is(err, io.EOF) {
-				return nil
+				return objs, nil
 			}
-			return fmt.Errorf("%s: %w", path, err)
+			return objs, fmt.Errorf("%s: %w", path, err)
 		}
 		if len(u.Object) == 0 {
 			continue
 		}
-		if err := c.Create(ctx, &u); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%s: creating %s %s: %w", path, u.GetKind(), u.GetName(), err)
+		if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+			return objs, fmt.Errorf("%s: creating %s %s: %w", path, u.GetKind(), u.GetName(), err)
 		}
+		objs = append(objs, u)
 	}
 }
 
