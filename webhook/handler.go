@@ -194,7 +194,9 @@ func handleStatus(req admission.Request, oldObj, newObj *unstructured.Unstructur
 // a content write of the object itself: the Scale carries no labels, so the
 // object is read live (scale writes are rare) to see whether it is fenced,
 // and the epoch is presented in the Scale's own annotations. The watermark
-// does not move (a Scale write cannot change the object's annotations).
+// does not move (a Scale write cannot change the object's annotations), so
+// fencing.Decide accepts a scale only at the current epoch over a watermark
+// that already is that epoch.
 func (h *FencingHandler) handleScale(ctx context.Context, req admission.Request, scaleOld, scaleNew *unstructured.Unstructured) (admission.Response, string) {
 	if h.Mapper == nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("no REST mapper to read the scaled object")), "LockReadError"
@@ -229,7 +231,7 @@ func (h *FencingHandler) handleScale(ctx context.Context, req admission.Request,
 		ann[fkv1.AnnotationEpoch] = token
 	}
 	newObj.SetAnnotations(ann)
-	return h.decide(ctx, req, fencing.Request{Op: fencing.Update, Old: obj, New: newObj}, lockName)
+	return h.decide(ctx, req, fencing.Request{Op: fencing.Update, Old: obj, New: newObj, Scale: true}, lockName)
 }
 
 // consume rewrites an accepted content write: the token is removed and the

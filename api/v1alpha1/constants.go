@@ -149,8 +149,8 @@ const (
 
 	// AnnotationDeleteEpoch marks a protected object for deletion by the
 	// current holder: set it to your epoch in a fenced write, then delete.
-	// The delete passes while the mark equals the watermark (and, under
-	// policy current, the lock's current epoch).
+	// The delete passes while the mark equals the watermark and the lock's
+	// current held epoch, under every policy.
 	AnnotationDeleteEpoch = Prefix + "delete-epoch"
 )
 
@@ -195,6 +195,11 @@ const (
 	// reference (the garbage collector may delete a fenced object whose
 	// owner is gone), or a deletion in progress.
 	AdmissionInheritedFromUnfenced AdmissionReason = "InheritedFromUnfenced"
+	// AdmissionScaleBeforeFencedWrite refuses a scale presenting the
+	// current epoch to an object whose watermark is another epoch: a scale
+	// cannot move the watermark, so a newer holder makes one fenced write
+	// of the object first.
+	AdmissionScaleBeforeFencedWrite AdmissionReason = "ScaleBeforeFencedWrite"
 )
 
 // CauseType is the details.causes[].type a denial with this reason carries.

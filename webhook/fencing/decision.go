@@ -40,6 +40,9 @@ type Request struct {
 	NamespaceTerminating bool
 	// GarbageCollector is true when the garbage collector sends the request.
 	GarbageCollector bool
+	// Scale is true for a write to the scale subresource, seen as an update
+	// of the object (Old, New) that cannot move its watermark.
+	Scale bool
 }
 
 // LockState is what the authority (the lock's backing Lease) says.
@@ -95,7 +98,8 @@ type Decision struct {
 	// Epoch is the presented epoch (0 when there is none or it is malformed).
 	Epoch int64
 	// Watermark, on an allowed content write, is the fenced-epoch the stored
-	// object gets (the presented epoch); the token is consumed with it.
+	// object gets (the presented epoch); the token is consumed with it. A
+	// scale sets none.
 	Watermark int64
 }
 
@@ -267,6 +271,12 @@ func Decide(r Request, lock LockState) Decision {
 		return deny(http.StatusConflict, fkv1.AdmissionNotCurrentEpoch, epoch,
 			"stale epoch %d for lock %s: it is not the lock's current epoch (%s)", epoch, lockRef, why)
 	}
+	// Rules 6 and 7: what a stale epoch must not leave behind for itself
+	// under monotonic is checked against the current epoch, whatever the
+	// policy.
+	if d, refused := needsCurrent(r, epoch, lock); refused {
+		return d
+	}
 	// A deletion mark names the epoch that writes it.
 	if m, set := r.New.GetAnnotations()[fkv1.AnnotationDeleteEpoch]; set && m != fkv1.FormatEpoch(epoch) &&
 		(r.Old == nil || r.Old.GetAnnotations()[fkv1.AnnotationDeleteEpoch] != m) {
@@ -280,8 +290,40 @@ func Decide(r Request, lock LockState) Decision {
 			"the write that fences this object with lock %s keeps %s", lockRef, what)
 	}
 	d := allow(fkv1.AdmissionEpochAccepted, epoch)
-	d.Watermark = epoch
+	if !r.Scale {
+		d.Watermark = epoch
+	}
 	return d
+}
+
+// needsCurrent refuses, under every policy, the writes that only the
+// current holder may make: adding an owner or changing one's uid (an owner
+// decides when the garbage collector deletes the object, rule 6), and a
+// scale (rule 7). A scale cannot move the watermark (its body is not the
+// object), so it is accepted only when the watermark already is the
+// presented epoch: a scale by epoch 42 over watermark 41 would leave 41
+// free to write or delete under monotonic.
+func needsCurrent(r Request, epoch int64, lock LockState) (Decision, bool) {
+	lockRef := lock.String()
+	switch {
+	case r.Op == Update && r.Old != nil && addsOwner(r.Old, r.New) && epoch != lock.HeldEpoch:
+		return deny(http.StatusConflict, fkv1.AdmissionNotCurrentEpoch, epoch,
+			"stale epoch %d for lock %s: adding an owner reference, or changing one's uid, needs the lock's current epoch "+
+				"under every fence policy, since an owner decides when the garbage collector deletes the object (%s)",
+			epoch, lockRef, lock.holderText()), true
+	case !r.Scale:
+		return Decision{}, false
+	case epoch != lock.HeldEpoch:
+		return deny(http.StatusConflict, fkv1.AdmissionNotCurrentEpoch, epoch,
+			"stale epoch %d for lock %s: a scale is accepted only from the lock's current holder, under every fence policy (%s)",
+			epoch, lockRef, lock.holderText()), true
+	case watermarkOf(r.Old) != epoch:
+		return deny(http.StatusForbidden, fkv1.AdmissionScaleBeforeFencedWrite, epoch,
+			"scale presenting epoch %d of lock %s refused: the object's watermark (%s) is %d, and a scale cannot move it; "+
+				"make one fenced write of the object presenting epoch %d first (any content change, or re-applying it with %s=%d), then scale",
+			epoch, lockRef, fkv1.AnnotationFencedEpoch, watermarkOf(r.Old), epoch, fkv1.AnnotationEpoch, epoch), true
+	}
+	return Decision{}, false
 }
 
 // inheritedFromUnfenced finds, on an update that adds the fencing label,
@@ -322,7 +364,9 @@ func inheritedFromUnfenced(r Request, epoch int64) (what string, found bool) {
 
 // decideDelete is rule 6: a fenced object is deleted by namespace deletion,
 // by the garbage collector, or by the current holder after a fenced write
-// marked it (AnnotationDeleteEpoch equal to the watermark).
+// marked it (AnnotationDeleteEpoch equal to the watermark). The mark must be
+// the lock's current held epoch under every policy: monotonic relaxes
+// writes, not deletes.
 func decideDelete(r Request, lock LockState) Decision {
 	switch {
 	case r.NamespaceTerminating:
@@ -343,11 +387,7 @@ func decideDelete(r Request, lock LockState) Decision {
 			"stale delete for lock %s: marked by epoch %d but the object has since accepted epoch %d (%s); %s",
 			lockRef, mark, stored, lock.holderText(), how)
 	}
-	policy, err := policyOf(r.Old)
-	if err != nil {
-		policy = fkv1.FencePolicyCurrent
-	}
-	if policy == fkv1.FencePolicyCurrent && mark != lock.HeldEpoch {
+	if mark != lock.HeldEpoch {
 		return deny(http.StatusConflict, fkv1.AdmissionNotCurrentEpoch, mark,
 			"stale delete for lock %s: marked by epoch %d, which is not the lock's current epoch (%s); %s",
 			lockRef, mark, lock.holderText(), how)
@@ -430,6 +470,10 @@ func ContentChanged(old, obj *unstructured.Unstructured) bool {
 	if addsOwner(old, obj) {
 		return true
 	}
+	// Who owns which field decides what the holder's next apply prunes.
+	if !applyInputsOf(old).equal(applyInputsOf(obj)) {
+		return true
+	}
 	return !equality.Semantic.DeepEqual(keysWhere(old.GetLabels(), fenceKey), keysWhere(obj.GetLabels(), fenceKey)) ||
 		!equality.Semantic.DeepEqual(keysWhere(old.GetAnnotations(), contentAnnotation), keysWhere(obj.GetAnnotations(), contentAnnotation))
 }
@@ -447,8 +491,12 @@ var hpaV1Status = map[string]bool{hpaV1Prefix + "current-metrics": true, hpaV1Pr
 // change: the fencekeeper.io/ ones, and those that carry spec fields
 // (hpaV1Prefix; policies.yaml says the same in CEL).
 func contentAnnotation(k string) bool {
-	return fenceKey(k) || (strings.HasPrefix(k, hpaV1Prefix) && !hpaV1Status[k])
+	return fenceKey(k) || k == lastApplied || (strings.HasPrefix(k, hpaV1Prefix) && !hpaV1Status[k])
 }
+
+// lastApplied is what kubectl's client-side apply diffs against: changed,
+// it decides what the holder's next `kubectl apply` removes.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
 func fenceKey(k string) bool { return strings.HasPrefix(k, fkv1.Prefix) }
 

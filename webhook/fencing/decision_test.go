@@ -88,6 +88,32 @@ func withLabel(k, v string) func(*unstructured.Unstructured) {
 // W2 holds epoch 42; 42 is also the last issued.
 var heldBy42 = LockState{Namespace: "reports", Name: "report-2026-07", Exists: true, Issued: 42, HeldEpoch: 42, Holder: "W2"}
 
+// scale is a write to the scale subresource as the handler sees it: the
+// stored object, changed, presenting token ("-" = none).
+func scale(old *unstructured.Unstructured, token string) Request {
+	obj := old.DeepCopy()
+	obj.Object["fencekeeper.io/scale"] = int64(5)
+	if token != "-" {
+		withAnnotation(fkv1.AnnotationEpoch, token)(obj)
+	}
+	return Request{Op: Update, Old: old, New: obj, Scale: true}
+}
+
+func applyBy(manager, fields string) metav1.ManagedFieldsEntry {
+	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
+		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+}
+
+func updateBy(manager, fields string) metav1.ManagedFieldsEntry {
+	e := applyBy(manager, fields)
+	e.Operation = metav1.ManagedFieldsOperationUpdate
+	return e
+}
+
+func managed(entries ...metav1.ManagedFieldsEntry) func(*unstructured.Unstructured) {
+	return func(u *unstructured.Unstructured) { u.SetManagedFields(entries) }
+}
+
 func update(old, obj *unstructured.Unstructured) Request {
 	return Request{Op: Update, Old: old, New: obj}
 }
@@ -243,9 +269,48 @@ func TestDecide(t *testing.T) {
 		{name: "delete marked by the current holder", req: del(stored("v12", "42", withAnnotation(fkv1.AnnotationDeleteEpoch, "42"))), lock: heldBy42, allow: true, reason: fkv1.AdmissionDeleteMarked},
 		{name: "delete marked by a holder since superseded (policy current)", req: del(stored("v12", "41", withAnnotation(fkv1.AnnotationDeleteEpoch, "41"))), lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch, code: 409},
 		{name: "delete marked, then written by a newer holder", req: del(stored("v13", "42", monotonic, withAnnotation(fkv1.AnnotationDeleteEpoch, "41"))), lock: heldBy42, reason: fkv1.AdmissionStaleEpoch},
-		{name: "delete marked under monotonic by the last writer", req: del(stored("v12", "41", monotonic, withAnnotation(fkv1.AnnotationDeleteEpoch, "41"))), lock: heldBy42, allow: true},
+		{name: "delete marked under monotonic by the last writer, since superseded (the mark needs the current epoch under every policy)",
+			req: del(stored("v12", "41", monotonic, withAnnotation(fkv1.AnnotationDeleteEpoch, "41"))), lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch},
+		{name: "delete marked under monotonic by the current holder", req: del(stored("v12", "42", monotonic, withAnnotation(fkv1.AnnotationDeleteEpoch, "42"))), lock: heldBy42, allow: true, reason: fkv1.AdmissionDeleteMarked},
 		{name: "delete by namespace deletion", req: Request{Op: Delete, Old: at42, NamespaceTerminating: true}, lock: heldBy42, allow: true, reason: fkv1.AdmissionNamespaceDeletion},
 		{name: "delete by the garbage collector", req: Request{Op: Delete, Old: at42, GarbageCollector: true}, lock: heldBy42, allow: true, reason: fkv1.AdmissionGarbageCollection},
+
+		// Rule 7: a scale cannot move the watermark.
+		{name: "scale by the current holder over its own watermark", req: scale(stored("v12", "42", monotonic), "42"), lock: heldBy42, allow: true, reason: fkv1.AdmissionEpochAccepted},
+		{name: "scale by the current holder over an older watermark (it would leave 41 free to write under monotonic)",
+			req: scale(stored("v12", "41", monotonic), "42"), lock: heldBy42, reason: fkv1.AdmissionScaleBeforeFencedWrite, code: 403, msg: "make one fenced write of the object presenting epoch 42 first"},
+		{name: "scale by the current holder over an older watermark, policy current", req: scale(stored("v12", "41"), "42"), lock: heldBy42, reason: fkv1.AdmissionScaleBeforeFencedWrite},
+		{name: "scale by a superseded holder under monotonic (the paused W1)", req: scale(stored("v12", "41", monotonic), "41"), lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch, msg: "a scale is accepted only from the lock's current holder"},
+		{name: "scale without an epoch", req: scale(stored("v12", "42"), "-"), lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
+
+		// Rule 6: an owner decides when the garbage collector deletes; adding one needs the current epoch.
+		{name: "a superseded holder adds an owner under monotonic", req: update(stored("v12", "41", monotonic), write(stored("v12", "41", monotonic), "v12", "41", ownedBy("bait-uid"))),
+			lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch, msg: "adding an owner reference"},
+		{name: "a superseded holder changes an owner's uid under monotonic", req: update(stored("v12", "41", monotonic, ownedBy("a")), write(stored("v12", "41", monotonic, ownedBy("a")), "v12", "41", ownedBy("b"))),
+			lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch},
+		{name: "the current holder adds an owner under monotonic", req: update(stored("v12", "41", monotonic), write(stored("v12", "41", monotonic), "v12", "42", ownedBy("mine"))),
+			lock: heldBy42, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 42},
+		{name: "a superseded holder writes under monotonic keeping the owners", req: update(stored("v12", "40", monotonic, ownedBy("a")), write(stored("v12", "40", monotonic, ownedBy("a")), "v13", "41")),
+			lock: heldBy42, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 41},
+
+		// Rule 8: what steers the holder's next apply is content.
+		{name: "last-applied-configuration changed without an epoch", req: update(at42, write(at42, "v12", "-", withAnnotation(lastApplied, `{"data":{}}`))), lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
+		{name: "managedFields: a data field moved into the holder's apply entry without an epoch",
+			req: update(stored("v12", "42", managed(applyBy("w2", `{"f:data":{"f:a":{}}}`), updateBy("other", `{"f:data":{"f:x":{}}}`))),
+				write(stored("v12", "42", managed(applyBy("w2", `{"f:data":{"f:a":{},"f:x":{}}}`))), "v12", "-")),
+			lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
+		{name: "managedFields: another manager's ownership of a data field dropped without an epoch",
+			req: update(stored("v12", "42", managed(applyBy("w2", `{"f:data":{"f:a":{},"f:x":{}}}`), updateBy("other", `{"f:data":{"f:x":{}}}`))),
+				write(stored("v12", "42", managed(applyBy("w2", `{"f:data":{"f:a":{},"f:x":{}}}`))), "v12", "-")),
+			lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
+		{name: "managedFields: a label's owner changes (kubectl label), and an empty entry is dropped",
+			req: update(stored("v12", "42", managed(applyBy("w2", `{"f:data":{"f:a":{}},"f:metadata":{"f:labels":{"f:team":{}}}}`), updateBy("idle", `{"f:metadata":{}}`))),
+				write(stored("v12", "42", managed(applyBy("w2", `{"f:data":{"f:a":{}}}`), updateBy("kubectl-label", `{"f:metadata":{"f:labels":{"f:team":{}}}}`))), "v12", "-", withLabel("team", "x"))),
+			lock: heldBy42, allow: true, reason: fkv1.AdmissionMetadataOnly},
+		{name: "managedFields: updaters folded into ancient-changes",
+			req: update(stored("v12", "42", managed(updateBy("old-1", `{"f:data":{"f:a":{}}}`), updateBy("old-2", `{"f:data":{"f:b":{}}}`))),
+				write(stored("v12", "42", managed(updateBy("ancient-changes", `{"f:data":{"f:a":{},"f:b":{}}}`), updateBy("gc", `{"f:metadata":{"f:ownerReferences":{}}}`))), "v12", "-")),
+			lock: heldBy42, allow: true, reason: fkv1.AdmissionMetadataOnly},
 
 		// Rule 8: metadata-only maintenance.
 		{name: "finalizer removed", req: update(stored("v10", "40", func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"example.com/x"}) }), at40.DeepCopy()),

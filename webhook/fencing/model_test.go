@@ -46,6 +46,9 @@ type modelInput struct {
 	// storedUnfenced: the update adds the lock label to an object that had
 	// none (only for updates).
 	storedUnfenced bool
+	// scale: the update is a write to the scale subresource (only for
+	// updates of fenced objects).
+	scale bool
 }
 
 // model returns (allowed, reason) per the contract.
@@ -68,7 +71,7 @@ func model(in modelInput) (bool, fkv1.AdmissionReason) {
 		if mark != wm {
 			return false, fkv1.AdmissionStaleEpoch
 		}
-		if in.storedPolicy != "monotonic" && mark != in.held {
+		if mark != in.held { // under every policy
 			return false, fkv1.AdmissionNotCurrentEpoch
 		}
 		return true, fkv1.AdmissionDeleteMarked
@@ -103,6 +106,14 @@ func model(in modelInput) (bool, fkv1.AdmissionReason) {
 	monotonic := in.op == Update && !in.storedUnfenced && in.storedPolicy == "monotonic"
 	if !monotonic && e != in.held {
 		return false, fkv1.AdmissionNotCurrentEpoch
+	}
+	// A scale cannot move the watermark: only the current holder scales,
+	// and only over its own watermark.
+	if in.scale && e != in.held {
+		return false, fkv1.AdmissionNotCurrentEpoch
+	}
+	if wm, _ := modelEpoch(in.storedWatermark); in.scale && wm != e {
+		return false, fkv1.AdmissionScaleBeforeFencedWrite
 	}
 	// A deletion mark a write sets names that write's epoch (an update's
 	// mark here is the stored one, unchanged).
@@ -166,6 +177,7 @@ func (in modelInput) build() (Request, LockState) {
 			}
 		}
 		r = update(old, obj)
+		r.Scale = in.scale
 	case Delete:
 		r = Request{Op: Delete, Old: old, NamespaceTerminating: in.nsTerminating, GarbageCollector: in.gcRequester}
 	}
@@ -198,13 +210,21 @@ func FuzzDecideAgainstModel(f *testing.F) {
 	f.Add(uint8(4), "", "", "", "42", true, true, "42", int64(42), int64(42), true, false, false)
 	f.Add(uint8(4), "", "", "", "42", true, true, "41", int64(42), int64(42), true, false, false)
 	f.Add(uint8(4), "", "lenient", "lenient", "42", true, false, "", int64(42), int64(42), true, false, false)
+	// Scales (op 6+1): by the new holder over an older watermark, by the
+	// stale one under monotonic, and by the holder over its own.
+	f.Add(uint8(7), "41", "monotonic", "monotonic", "42", true, true, "", int64(42), int64(42), true, false, false)
+	f.Add(uint8(7), "41", "monotonic", "monotonic", "41", true, true, "", int64(42), int64(42), true, false, false)
+	f.Add(uint8(7), "42", "", "", "42", true, true, "", int64(42), int64(42), true, false, false)
 	f.Fuzz(func(t *testing.T, op uint8, wm, storedPolicy, newPolicy, token string, hasToken, changed bool, mark string, issued, held int64, exists, nsTerm, gc bool) {
 		in := modelInput{op: []Operation{Create, Update, Delete}[int(op)%3], storedWatermark: wm, storedPolicy: storedPolicy,
 			newPolicy: newPolicy, token: token, hasToken: hasToken, contentChanged: changed, deleteMark: mark,
 			issued: issued, held: held, lockExists: exists, nsTerminating: nsTerm, gcRequester: gc,
-			storedUnfenced: int(op)%6 >= 3}
+			storedUnfenced: int(op)%6 >= 3, scale: int(op)%12 >= 6}
 		if in.op != Update {
 			in.storedUnfenced = false
+		}
+		if in.op != Update || in.storedUnfenced {
+			in.scale = false
 		}
 		if in.op == Create {
 			in.storedWatermark, in.storedPolicy = "", ""
@@ -228,7 +248,7 @@ func FuzzDecideAgainstModel(f *testing.F) {
 			t.Fatalf("input %+v: Decide = %v/%s (%s), model = %v/%s", in, d.Allowed, d.Reason, d.Message, wantAllowed, wantReason)
 		}
 		if d.Allowed && d.Reason == fkv1.AdmissionEpochAccepted {
-			if e, _ := modelEpoch(token); d.Watermark != e {
+			if e, _ := modelEpoch(token); !in.scale && d.Watermark != e || in.scale && d.Watermark != 0 {
 				t.Fatalf("watermark %d, want the presented %d", d.Watermark, e)
 			}
 		}
