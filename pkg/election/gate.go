@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,8 +23,10 @@ import (
 // namespace) presents the leader's current epoch, and is refused without
 // being sent (ErrNotLeading) unless the term is HELD. Every gated request
 // carries a deadline: the moment the term would turn SUSPECT. The server's
-// fencing denials come back matching lease.ErrStaleEpoch. Other objects,
-// and all reads, pass through untouched.
+// fencing denials come back matching lease.ErrStaleEpoch. Subresource
+// writes in the lock's namespace need the term whatever the object in hand
+// shows, and scale writes present the epoch in the Scale (see SubResource).
+// Other objects, and all reads, pass through untouched.
 //
 // The gate is the client-side half; the admission check at the object is
 // the backstop that holds even when a stale leader's write gets past it
@@ -186,45 +189,47 @@ func (g *gated) Delete(ctx context.Context, obj client.Object, opts ...client.De
 // object it would delete unless marked, so delete fenced objects one by one
 // through the gate.
 
-// Status writes are not checked at the object (DESIGN §3 rule 7), so the
-// gate is their only guard: a fenced object's status is written only while
-// the term is HELD, and before the term would turn SUSPECT.
+// Status returns the status writer; its writes follow SubResource's rules.
 func (g *gated) Status() client.SubResourceWriter {
-	return &gatedSub{SubResourceWriter: g.Client.Status(), lock: g.lock, live: g.live, sub: "status"}
+	return &gatedSub{SubResourceWriter: g.Client.Status(), lock: g.lock, sub: "status"}
 }
 
-// SubResource writes of fenced objects are refused unless HELD; the scale
-// subresource is also fenced at the object (its body needs the epoch).
+// SubResource writes in the lock's namespace are refused unless HELD,
+// whatever labels the object in hand shows: a Scale carries none, the
+// server ignores a status body's, and a copy by name shows none, so labels
+// cannot tell which of them the lock fences. Status has no check at the
+// object (DESIGN §3 rule 7), so the gate is its only guard; and a Scale
+// stamped ahead of time (from Epoch) must not go out after the term. Scale
+// writes also present the term's epoch in the Scale body's annotations,
+// where the object's check reads it.
 func (g *gated) SubResource(sub string) client.SubResourceClient {
-	return &gatedSubClient{SubResourceClient: g.Client.SubResource(sub), lock: g.lock, live: g.live, sub: sub}
+	return &gatedSubClient{SubResourceClient: g.Client.SubResource(sub), lock: g.lock, sub: sub}
 }
 
 type gatedSub struct {
 	client.SubResourceWriter
 	lock *Lock
-	live client.Reader
 	sub  string
 }
 
-// check returns ctx bounded by the term's safe time when obj is fenced, or
-// an error. For status writes a copy without the lock label is looked up,
-// and a lookup that fails counts as fenced: status has no other guard.
-func (s *gatedSub) check(ctx context.Context, obj client.Object, verb string) (context.Context, context.CancelFunc, error) {
-	fenced := s.lock.fences(obj)
-	if !fenced && s.sub == "status" {
-		var err error
-		fenced, _, err = s.lock.lookup(ctx, s.live, obj)
-		fenced = fenced || (err != nil && !apierrors.IsNotFound(err))
+// check returns the live term and ctx bounded by its safe time for a write
+// of obj's subresource, or why not. Outside the lock's namespace the lock
+// fences nothing: the write passes as it is, with no term.
+func (s *gatedSub) check(ctx context.Context, obj interface {
+	GetNamespace() string
+	GetName() string
+}, verb string) (*lease.Lease, context.Context, context.CancelFunc, error) {
+	if obj.GetNamespace() != s.lock.cfg.Namespace {
+		return nil, ctx, func() {}, nil
 	}
-	if !fenced {
-		return ctx, func() {}, nil
-	}
-	_, ctx, cancel, err := s.lock.permit(ctx, obj, verb+" "+s.sub+" of")
-	return ctx, cancel, err
+	return s.lock.permit(ctx, obj, verb+" "+s.sub+" of")
 }
 
+// presents reports whether a write under term t must carry its epoch.
+func (s *gatedSub) presents(t *lease.Lease) bool { return t != nil && s.sub == "scale" }
+
 func (s *gatedSub) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
-	ctx, cancel, err := s.check(ctx, obj, "create")
+	_, ctx, cancel, err := s.check(ctx, obj, "create")
 	if err != nil {
 		return err
 	}
@@ -233,21 +238,32 @@ func (s *gatedSub) Create(ctx context.Context, obj, sub client.Object, opts ...c
 }
 
 func (s *gatedSub) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	ctx, cancel, err := s.check(ctx, obj, "update")
+	t, ctx, cancel, err := s.check(ctx, obj, "update")
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	return s.SubResourceWriter.Update(ctx, obj, opts...)
+	if s.presents(t) {
+		// What is sent: the body option's object, else obj itself.
+		body := (&client.SubResourceUpdateOptions{}).ApplyOptions(opts).SubResourceBody
+		if body == nil {
+			body = obj
+		}
+		present(body, t.Epoch)
+	}
+	return lease.Fenced(s.SubResourceWriter.Update(ctx, obj, opts...))
 }
 
 func (s *gatedSub) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	ctx, cancel, err := s.check(ctx, obj, "patch")
+	t, ctx, cancel, err := s.check(ctx, obj, "patch")
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+	if s.presents(t) {
+		patch = presenting{Patch: patch, epoch: t.Epoch}
+	}
+	return lease.Fenced(s.SubResourceWriter.Patch(ctx, obj, patch, opts...))
 }
 
 func (s *gatedSub) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
@@ -255,23 +271,73 @@ func (s *gatedSub) Apply(ctx context.Context, obj runtime.ApplyConfiguration, op
 	if err != nil {
 		return err
 	}
-	ctx, cancel, err := s.check(ctx, u, "apply")
+	t, ctx, cancel, err := s.check(ctx, u, "apply")
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	return s.SubResourceWriter.Apply(ctx, obj, opts...)
+	if s.presents(t) {
+		if obj, opts, err = presentApply(obj, u, opts, t.Epoch); err != nil {
+			return err
+		}
+	}
+	return lease.Fenced(s.SubResourceWriter.Apply(ctx, obj, opts...))
+}
+
+// presentApply stamps the apply configuration that is sent: the body
+// option's, else obj (u, read as unstructured).
+func presentApply(obj runtime.ApplyConfiguration, u *unstructured.Unstructured, opts []client.SubResourceApplyOption, epoch int64) (runtime.ApplyConfiguration, []client.SubResourceApplyOption, error) {
+	body := (&client.SubResourceApplyOptions{}).ApplyOpts(opts).SubResourceBody
+	if body == nil {
+		present(u, epoch)
+		return client.ApplyConfigurationFromUnstructured(u), opts, nil
+	}
+	b, err := unstructuredOf(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	present(b, epoch)
+	// Options apply in order: this body replaces the caller's.
+	return obj, append(opts, &client.SubResourceApplyOptions{SubResourceBody: client.ApplyConfigurationFromUnstructured(b)}), nil
+}
+
+// present sets the epoch token on obj, and nothing else: obj may be a
+// Scale, or an object this lock does not fence (its label is not added).
+func present(obj metav1.Object, epoch int64) {
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[fkv1.AnnotationEpoch] = fkv1.FormatEpoch(epoch)
+	obj.SetAnnotations(ann)
+}
+
+// presenting adds the epoch token to the patch it wraps, when the patch is
+// a JSON object (merge, strategic merge, apply): a patch computed from a
+// copy that already carried the token would leave it out. A JSON patch is
+// sent as it is (a Scale has no annotations for it to add to), and the
+// object's check refuses it for presenting no epoch if the object is fenced.
+type presenting struct {
+	client.Patch
+	epoch int64
+}
+
+func (p presenting) Data(obj client.Object) ([]byte, error) {
+	data, err := p.Patch.Data(obj)
+	if err != nil {
+		return nil, err
+	}
+	return presentJSON(data, p.epoch), nil
 }
 
 type gatedSubClient struct {
 	client.SubResourceClient
 	lock *Lock
-	live client.Reader
 	sub  string
 }
 
 func (s *gatedSubClient) writer() *gatedSub {
-	return &gatedSub{SubResourceWriter: s.SubResourceClient, lock: s.lock, live: s.live, sub: s.sub}
+	return &gatedSub{SubResourceWriter: s.SubResourceClient, lock: s.lock, sub: s.sub}
 }
 
 func (s *gatedSubClient) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {

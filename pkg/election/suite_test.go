@@ -50,6 +50,8 @@ func TestElection(t *testing.T) {
 	t.Run("Release before the grant ends the election", testReleaseBeforeGrant)
 	t.Run("status writes of a fenced object by name are refused after the term", testStatusByName)
 	t.Run("a gated write held up in the client is not sent after the safe time", testWriteDeadline)
+	t.Run("the gate presents the epoch on scales and refuses subresource writes after the term", testGateScale)
+	t.Run("the transport gate presents the epoch on scales and refuses subresource writes after the term", testTransportScale)
 }
 
 type testWriter struct{ t *testing.T }

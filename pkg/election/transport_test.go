@@ -28,6 +28,7 @@ func TestTransportGateWithoutATerm(t *testing.T) {
 		t.Fatal(err)
 	}
 	fenced := `{"metadata":{"name":"table","labels":{"fencekeeper.io/lock":"allocator"}},"data":{"n":"1"}}`
+	scale := `{"apiVersion":"autoscaling/v1","kind":"Scale","metadata":{"name":"table","annotations":{"fencekeeper.io/epoch":"41"}},"spec":{"replicas":3}}`
 	cases := []struct {
 		name, method, path, contentType, body string
 		forwarded                             bool
@@ -44,7 +45,13 @@ func TestTransportGateWithoutATerm(t *testing.T) {
 		{"YAML apply in the lock's namespace", http.MethodPatch, "/api/v1/namespaces/ops/configmaps/table", "application/apply-patch+yaml", "metadata:\n  name: table\n", false, nil},
 		{"status merge patch not showing the label (no check at the object)", http.MethodPatch, "/apis/example.com/v1/namespaces/ops/reports/table/status", "application/merge-patch+json", `{"status":{"phase":"x"}}`, false, ErrNotLeading},
 		{"status JSON patch (no check at the object)", http.MethodPatch, "/apis/example.com/v1/namespaces/ops/reports/table/status", "application/json-patch+json", `[{"op":"add","path":"/status/phase","value":"x"}]`, false, ErrNotLeading},
-		{"status of another lock's object", http.MethodPut, "/apis/example.com/v1/namespaces/ops/reports/other/status", "application/json", strings.ReplaceAll(fenced, `"allocator"`, `"other"`), true, nil},
+		// A body's labels do not decide for subresources: a Scale has none, and the server ignores a status body's.
+		{"status of an object showing another lock", http.MethodPut, "/apis/example.com/v1/namespaces/ops/reports/other/status", "application/json", strings.ReplaceAll(fenced, `"allocator"`, `"other"`), false, ErrNotLeading},
+		{"protobuf status in the lock's namespace", http.MethodPut, "/apis/example.com/v1/namespaces/ops/reports/table/status", "application/vnd.kubernetes.protobuf", "k8s\x00", false, ErrNotLeading},
+		{"scale stamped ahead of time, no term", http.MethodPut, "/apis/example.com/v1/namespaces/ops/reports/table/scale", "application/json", scale, false, ErrNotLeading},
+		{"scale merge patch, no term", http.MethodPatch, "/apis/example.com/v1/namespaces/ops/reports/table/scale", "application/merge-patch+json", `{"spec":{"replicas":3}}`, false, ErrNotLeading},
+		{"scale JSON patch, no term", http.MethodPatch, "/apis/apps/v1/namespaces/ops/deployments/table/scale", "application/json-patch+json", `[{"op":"replace","path":"/spec/replicas","value":3}]`, false, ErrNotLeading},
+		{"scale in another namespace", http.MethodPut, "/apis/example.com/v1/namespaces/dev/reports/table/scale", "application/json", scale, true, nil},
 		{"status in another namespace", http.MethodPatch, "/apis/example.com/v1/namespaces/dev/reports/table/status", "application/merge-patch+json", `{"status":{"phase":"x"}}`, true, nil},
 		{"delete", http.MethodDelete, "/api/v1/namespaces/ops/configmaps/table", "", "", true, nil},
 	}
@@ -73,6 +80,24 @@ func TestTransportGateWithoutATerm(t *testing.T) {
 		}
 		if tc.forwarded && tc.body != "" && rec.bodies[0] != tc.body {
 			t.Errorf("%s: the body was changed: %s", tc.name, rec.bodies[0])
+		}
+	}
+}
+
+// presentJSON puts the token where the object's check reads it, in a body
+// that names no metadata too (a merge patch of /scale), keeps the rest as
+// written (integers above 2^53 included), and leaves what is not a JSON
+// object alone.
+func TestPresentJSON(t *testing.T) {
+	cases := []struct{ name, in, want string }{
+		{"scale merge patch without metadata", `{"spec":{"replicas":3}}`, `{"metadata":{"annotations":{"fencekeeper.io/epoch":"42"}},"spec":{"replicas":3}}`},
+		{"a stale token is replaced", `{"metadata":{"annotations":{"fencekeeper.io/epoch":"41","a":"b"}},"spec":{"n":9007199254740993}}`, `{"metadata":{"annotations":{"a":"b","fencekeeper.io/epoch":"42"}},"spec":{"n":9007199254740993}}`},
+		{"JSON patch", `[{"op":"replace","path":"/spec/replicas","value":3}]`, `[{"op":"replace","path":"/spec/replicas","value":3}]`},
+		{"YAML", "spec:\n  replicas: 3\n", "spec:\n  replicas: 3\n"},
+	}
+	for _, tc := range cases {
+		if got := string(presentJSON([]byte(tc.in), 42)); got != tc.want {
+			t.Errorf("%s: got %s, want %s", tc.name, got, tc.want)
 		}
 	}
 }
