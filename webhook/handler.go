@@ -355,8 +355,6 @@ func decode(raw []byte) (*unstructured.Unstructured, error) {
 func denied(d fencing.Decision) admission.Response {
 	reason := metav1.StatusReasonInvalid
 	switch d.Code {
-	case http.StatusConflict:
-		reason = metav1.StatusReasonConflict
 	case http.StatusForbidden:
 		reason = metav1.StatusReasonForbidden
 	}

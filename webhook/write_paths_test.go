@@ -176,7 +176,7 @@ data: {report.csv: %q}
 
 		By("W1 resumes and deletes: its mark is not the current epoch")
 		err := k8s.Delete(ctx, cmRef(ns, lock))
-		Expect(apierrors.IsConflict(err)).To(BeTrue(), "%v", err)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring("stale delete for lock " + ns + "/" + lock))
 		Expect(configMapData(ns, lock)).To(Equal("v11 by W1"))
 
@@ -199,7 +199,7 @@ data: {report.csv: %q}
 		stale := fencedConfigMap(ns, "report-2026-08", lock, w1.Status.Epoch, "stale by W1",
 			map[string]string{fkv1.AnnotationFencePolicy: fkv1.FencePolicyMonotonic})
 		err = k8s.Create(ctx, stale)
-		Expect(apierrors.IsConflict(err)).To(BeTrue(), "%v", err)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
 
 		By("W2 marks and deletes")
 		mark = fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d",%q:"%d"}}}`, fkv1.AnnotationEpoch, w2.Status.Epoch, fkv1.AnnotationDeleteEpoch, w2.Status.Epoch)
@@ -209,7 +209,7 @@ data: {report.csv: %q}
 		By("W1 cannot re-create it with its old epoch")
 		err = k8s.Create(ctx, fencedConfigMap(ns, lock, lock, w1.Status.Epoch, "v11 again by W1",
 			map[string]string{fkv1.AnnotationFencePolicy: fkv1.FencePolicyMonotonic}))
-		Expect(apierrors.IsConflict(err)).To(BeTrue(), "%v", err)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring("it is not the lock's current epoch"))
 	})
 
@@ -239,6 +239,12 @@ data: {report.csv: %q}
 		err = scale(fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"}},"spec":{"replicas":5}}`, fkv1.AnnotationEpoch, w1.Status.Epoch))
 		Expect(lease.IsStaleEpoch(err)).To(BeTrue(), "%v", err)
 		Expect(replicas()).To(Equal(int64(2)))
+		By("the new holder's scale waits for one fenced write of its own: a scale cannot move the watermark")
+		err = scale(fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"}},"spec":{"replicas":4}}`, fkv1.AnnotationEpoch, w2.Status.Epoch))
+		Expect(err).To(MatchError(ContainSubstring("make one fenced write of the object presenting epoch %d first", w2.Status.Epoch)))
+		Expect(replicas()).To(Equal(int64(2)))
+		Expect(k8s.Patch(ctx, emptyReport(client.ObjectKeyFromObject(report)), client.RawPatch(types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"}},"spec":{"body":"w2"}}`, fkv1.AnnotationEpoch, w2.Status.Epoch))))).To(Succeed())
 		Expect(scale(fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"}},"spec":{"replicas":4}}`, fkv1.AnnotationEpoch, w2.Status.Epoch))).To(Succeed())
 		Expect(replicas()).To(Equal(int64(4)))
 

@@ -109,6 +109,8 @@ func (o *options) clients() (*lease.Client, client.WithWatch, string, error) {
 // explain turns common API errors into what to do about them.
 func explain(err error) string {
 	switch {
+	case lease.FencingReason(err) != "":
+		return err.Error() // a fencing refusal says what to do itself
 	case apierrors.IsForbidden(err):
 		return fmt.Sprintf("%v\n(RBAC: your user needs create/get/watch/delete on fencedleases.fencekeeper.io and update on leases in this namespace)", err)
 	case meta.IsNoMatchError(err):

@@ -29,30 +29,30 @@ var (
 // epoch (directly or wrapped in ErrStaleEpoch). It goes by the denial's cause
 // type, never by its message text.
 func IsStaleEpoch(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, ErrStaleEpoch) {
-		return true
-	}
+	return errors.Is(err, ErrStaleEpoch) || FencingReason(err).IsStaleHolder()
+}
+
+// FencingReason is the fencing rule that refused err ("" when err is not a
+// fencing refusal): the webhook's cause type, or in CEL mode the policy's
+// message prefix (a policy cannot set causes). A fencing refusal is a 403 or
+// a 422, like an RBAC or validation error, and this tells them apart.
+func FencingReason(err error) fkv1.AdmissionReason {
 	var se apierrors.APIStatus
-	if !errors.As(err, &se) {
-		return false
+	if err == nil || !errors.As(err, &se) {
+		return ""
 	}
 	st := se.Status()
-	// The CEL-mode policies cannot set causes; their message names the reason.
-	if fkv1.PolicyDenialReason(st.Message).IsStaleHolder() {
-		return true
+	if r := fkv1.PolicyDenialReason(st.Message); r != "" {
+		return r
 	}
 	if st.Details != nil {
 		for _, c := range st.Details.Causes {
-			if strings.HasPrefix(string(c.Type), fkv1.Prefix) &&
-				fkv1.AdmissionReason(strings.TrimPrefix(string(c.Type), fkv1.Prefix)).IsStaleHolder() {
-				return true
+			if r, ok := strings.CutPrefix(string(c.Type), fkv1.Prefix); ok {
+				return fkv1.AdmissionReason(r)
 			}
 		}
 	}
-	return false
+	return ""
 }
 
 type staleError struct{ err error }

@@ -90,9 +90,10 @@ func (l LockState) holderText() string {
 type Decision struct {
 	Allowed bool
 	Reason  fkv1.AdmissionReason
-	// Code is the HTTP status of a denial: 409 for stale or not-current
-	// epochs, 403 for a forged one or a refused delete, 422 for malformed
-	// input.
+	// Code is the HTTP status of a denial: 403 for a fencing refusal, 422
+	// for malformed input. Never 409: kubectl and client-go's retry helpers
+	// retry a Conflict, so a stale write would be repeated for seconds
+	// before it fails.
 	Code    int32
 	Message string
 	// Epoch is the presented epoch (0 when there is none or it is malformed).
@@ -245,7 +246,7 @@ func Decide(r Request, lock LockState) Decision {
 	// Rule 2: never below the object's watermark.
 	if r.Op == Update && isFenced(r.Old) {
 		if stored := watermarkOf(r.Old); epoch < stored {
-			return deny(http.StatusConflict, fkv1.AdmissionStaleEpoch, epoch,
+			return deny(http.StatusForbidden, fkv1.AdmissionStaleEpoch, epoch,
 				"stale epoch %d for lock %s: object already accepted epoch %d (%s)", epoch, lockRef, stored, lock.holderText())
 		}
 	}
@@ -268,7 +269,7 @@ func Decide(r Request, lock LockState) Decision {
 			// the commonest surprise (nothing renewed a hand-made claim).
 			why = fmt.Sprintf("lock is free: the lease of epoch %d ended (expired without renewal for its TTL, or released); acquire the lock again for a new epoch", epoch)
 		}
-		return deny(http.StatusConflict, fkv1.AdmissionNotCurrentEpoch, epoch,
+		return deny(http.StatusForbidden, fkv1.AdmissionNotCurrentEpoch, epoch,
 			"stale epoch %d for lock %s: it is not the lock's current epoch (%s)", epoch, lockRef, why)
 	}
 	// Rules 6 and 7: what a stale epoch must not leave behind for itself
@@ -307,14 +308,14 @@ func needsCurrent(r Request, epoch int64, lock LockState) (Decision, bool) {
 	lockRef := lock.String()
 	switch {
 	case r.Op == Update && r.Old != nil && addsOwner(r.Old, r.New) && epoch != lock.HeldEpoch:
-		return deny(http.StatusConflict, fkv1.AdmissionNotCurrentEpoch, epoch,
+		return deny(http.StatusForbidden, fkv1.AdmissionNotCurrentEpoch, epoch,
 			"stale epoch %d for lock %s: adding an owner reference, or changing one's uid, needs the lock's current epoch "+
 				"under every fence policy, since an owner decides when the garbage collector deletes the object (%s)",
 			epoch, lockRef, lock.holderText()), true
 	case !r.Scale:
 		return Decision{}, false
 	case epoch != lock.HeldEpoch:
-		return deny(http.StatusConflict, fkv1.AdmissionNotCurrentEpoch, epoch,
+		return deny(http.StatusForbidden, fkv1.AdmissionNotCurrentEpoch, epoch,
 			"stale epoch %d for lock %s: a scale is accepted only from the lock's current holder, under every fence policy (%s)",
 			epoch, lockRef, lock.holderText()), true
 	case watermarkOf(r.Old) != epoch:
@@ -383,12 +384,12 @@ func decideDelete(r Request, lock LockState) Decision {
 			"object fenced by lock %s is not marked for deletion: %s", lockRef, how)
 	}
 	if stored := watermarkOf(r.Old); mark != stored {
-		return deny(http.StatusConflict, fkv1.AdmissionStaleEpoch, mark,
+		return deny(http.StatusForbidden, fkv1.AdmissionStaleEpoch, mark,
 			"stale delete for lock %s: marked by epoch %d but the object has since accepted epoch %d (%s); %s",
 			lockRef, mark, stored, lock.holderText(), how)
 	}
 	if mark != lock.HeldEpoch {
-		return deny(http.StatusConflict, fkv1.AdmissionNotCurrentEpoch, mark,
+		return deny(http.StatusForbidden, fkv1.AdmissionNotCurrentEpoch, mark,
 			"stale delete for lock %s: marked by epoch %d, which is not the lock's current epoch (%s); %s",
 			lockRef, mark, lock.holderText(), how)
 	}

@@ -163,9 +163,9 @@ func TestDecide(t *testing.T) {
 
 		// Rule 2: the per-object watermark.
 		{name: "equal to the watermark", req: update(at42, write(at42, "v13", "42")), lock: heldBy42, allow: true, watermark: 42},
-		{name: "one below the watermark (the paused W1)", req: update(at42, write(at42, "v11", "41")), lock: heldBy42, reason: fkv1.AdmissionStaleEpoch, code: http.StatusConflict,
+		{name: "one below the watermark (the paused W1)", req: update(at42, write(at42, "v11", "41")), lock: heldBy42, reason: fkv1.AdmissionStaleEpoch, code: http.StatusForbidden,
 			msg: "stale epoch 41 for lock reports/report-2026-07: object already accepted epoch 42 (current holder W2, epoch 42)"},
-		{name: "one below the watermark under monotonic", req: update(stored("v12", "42", monotonic), write(stored("v12", "42", monotonic), "v11", "41")), lock: heldBy42, reason: fkv1.AdmissionStaleEpoch, code: 409},
+		{name: "one below the watermark under monotonic", req: update(stored("v12", "42", monotonic), write(stored("v12", "42", monotonic), "v11", "41")), lock: heldBy42, reason: fkv1.AdmissionStaleEpoch, code: 403},
 		{name: "a full update from a stale copy (old watermark in the body)", req: update(at42, write(stored("v11", "41"), "v11", "41")), lock: heldBy42, reason: fkv1.AdmissionStaleEpoch},
 		{name: "one above the watermark raises it", req: update(stored("v11", "41"), write(stored("v11", "41"), "v12", "42")), lock: heldBy42, allow: true, watermark: 42},
 		{name: "presenting an epoch without other changes is a content write", req: update(at42, write(at42, "v12", "41")), lock: heldBy42, reason: fkv1.AdmissionStaleEpoch},
@@ -177,7 +177,7 @@ func TestDecide(t *testing.T) {
 		{name: "unknown lock", req: create(write(nil, "v1", "1")), lock: LockState{Namespace: "reports", Name: "report-2026-07"}, reason: fkv1.AdmissionFutureEpoch, msg: "no epoch was ever issued"},
 
 		// Rule 4: current versus monotonic.
-		{name: "untouched object, stale holder, policy current", req: update(at40, write(at40, "v11", "41")), lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch, code: 409,
+		{name: "untouched object, stale holder, policy current", req: update(at40, write(at40, "v11", "41")), lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch, code: 403,
 			msg: "stale epoch 41 for lock reports/report-2026-07: it is not the lock's current epoch (current holder W2, epoch 42)"},
 		{name: "untouched object, stale holder, policy monotonic", req: update(stored("v10", "40", monotonic), write(stored("v10", "40", monotonic), "v11", "41")), lock: heldBy42, allow: true, watermark: 41},
 		{name: "lock free: nobody writes under current, and the last holder is told its lease ended", req: update(at42, write(at42, "v13", "42")), lock: free, reason: fkv1.AdmissionNotCurrentEpoch,
@@ -267,7 +267,7 @@ func TestDecide(t *testing.T) {
 		// Rule 6: DELETE is fenced.
 		{name: "delete of an unmarked object", req: del(at42), lock: heldBy42, reason: fkv1.AdmissionDeleteNotMarked, code: 403, msg: "first writes annotation fencekeeper.io/delete-epoch"},
 		{name: "delete marked by the current holder", req: del(stored("v12", "42", withAnnotation(fkv1.AnnotationDeleteEpoch, "42"))), lock: heldBy42, allow: true, reason: fkv1.AdmissionDeleteMarked},
-		{name: "delete marked by a holder since superseded (policy current)", req: del(stored("v12", "41", withAnnotation(fkv1.AnnotationDeleteEpoch, "41"))), lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch, code: 409},
+		{name: "delete marked by a holder since superseded (policy current)", req: del(stored("v12", "41", withAnnotation(fkv1.AnnotationDeleteEpoch, "41"))), lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch, code: 403},
 		{name: "delete marked, then written by a newer holder", req: del(stored("v13", "42", monotonic, withAnnotation(fkv1.AnnotationDeleteEpoch, "41"))), lock: heldBy42, reason: fkv1.AdmissionStaleEpoch},
 		{name: "delete marked under monotonic by the last writer, since superseded (the mark needs the current epoch under every policy)",
 			req: del(stored("v12", "41", monotonic, withAnnotation(fkv1.AnnotationDeleteEpoch, "41"))), lock: heldBy42, reason: fkv1.AdmissionNotCurrentEpoch},
