@@ -382,8 +382,12 @@ var _ = Describe("Lock controller", func() {
 	// was then broken or set back by hand. Nothing left records the epoch
 	// the holder was granted, so only the storage revision is above it;
 	// healed from the Lease or the floor, the holder would share the
-	// previous holder's epoch (or hold one below it).
-	It("gives a holder whose grant no status recorded an epoch above every earlier one after its counter is broken or set back", func() {
+	// previous holder's epoch (or hold one below it). A grant is the pair
+	// (claim UID, epoch), and the holder's library knows only the epoch it
+	// was granted: the authority never gives it another (rev. 3; before, it
+	// kept b at a fresh epoch and this test asserted that). b's hold ends,
+	// and the next waiter is granted an epoch above every earlier one.
+	It("ends the hold of a holder whose grant no status recorded after its counter is broken or set back, and grants the next waiter an epoch above every earlier one", func() {
 		for i, tamper := range []func(e int64) string{
 			func(int64) string { return "garbage" },
 			func(e int64) string { return epochString(e) },     // back to the previous holder's
@@ -395,6 +399,8 @@ var _ = Describe("Lock controller", func() {
 			e := eventuallyPhase(ns, a.Name, fkv1.PhaseHeld).Status.Epoch
 			b := createClaim(ns, fmt.Sprintf("b%d", i), lock, "B", 30)
 			eventuallyPhase(ns, b.Name, fkv1.PhasePending)
+			c := createClaim(ns, fmt.Sprintf("c%d", i), lock, "C", 30)
+			eventuallyPhase(ns, c.Name, fkv1.PhasePending)
 			m.Stop()
 
 			By(fmt.Sprintf("%s: a takeover's Lease write by hand, as a controller that died right after it, then an admin sets the counter to %q", lock, tamper(e)))
@@ -405,13 +411,33 @@ var _ = Describe("Lock controller", func() {
 			rev := storageRevision()
 
 			m2 := startManager(time.Second)
-			eb := eventuallyPhase(ns, b.Name, fkv1.PhaseHeld).Status.Epoch
-			Expect(eb).To(BeNumerically(">=", rev), "%s: b's epoch is a fresh one, at the storage revision", lock)
+			ec := eventuallyPhase(ns, c.Name, fkv1.PhaseHeld).Status.Epoch
+			Expect(ec).To(BeNumerically(">=", rev), "%s: the next grant's epoch is a fresh one, at the storage revision", lock)
+			ended := eventuallyPhase(ns, b.Name, fkv1.PhaseExpired)
+			Expect(ended.Status.Epoch).To(BeZero(), "%s: b was never given an epoch", lock)
+			Expect(meta.FindStatusCondition(ended.Status.Conditions, fkv1.ConditionHeld).Reason).To(Equal(fkv1.ReasonSuperseded))
 			Expect(eventuallyPhase(ns, a.Name, fkv1.PhaseExpired).Status.Epoch).To(Equal(e))
-			Eventually(func() string { return getLease(ns, lock).Annotations[fkv1.AnnotationEpoch] }, 10*time.Second).Should(Equal(epochString(eb)))
+			Eventually(func() string { return getLease(ns, lock).Annotations[fkv1.AnnotationClaimUID] }, 10*time.Second).Should(Equal(string(c.UID)))
+			Expect(getLease(ns, lock).Annotations).To(HaveKeyWithValue(fkv1.AnnotationEpoch, epochString(ec)))
+			Eventually(func() []string {
+				var evs eventsv1.EventList
+				Expect(k8s.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+				var out []string
+				for _, ev := range evs.Items {
+					out = append(out, ev.Regarding.Name+"/"+ev.Reason)
+				}
+				return out
+			}, 10*time.Second).Should(ContainElement(b.Name+"/"+fkv1.ReasonSuperseded), "an Event for the end of b's hold")
 			m2.Stop()
 		}
-		h.verifyClaims() // also: never Held without an epoch
+		h.verifyClaims() // also: never Held without an epoch, no claim changed its epoch
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, c := range h.claims {
+			if c.Name[0] == 'b' {
+				Expect(c.Status.Phase).NotTo(Equal(fkv1.PhaseHeld), "%s was shown Held: with which epoch?", c.Name)
+			}
+		}
 	})
 
 	// The holder's library counts its safe time by its claim's TTL; a Lease

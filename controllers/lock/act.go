@@ -105,8 +105,11 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 		epochsExhausted.Inc()
 		log.FromContext(ctx).Error(nil, "the lock issued the largest epoch there is; its waiters are never granted", "epoch", a.epoch)
 	}
-	if a.end == holderExpired {
+	switch a.end {
+	case holderExpired:
 		in.expiredUID = string(a.endedUID)
+	case holderEpochLost:
+		in.epochLostUID = string(a.endedUID)
 	}
 	if (a.kind == actGrant || g.renewWatched) && g.caughtUp && !r.doubtful(lock) {
 		r.views.set(lock, View{HeldEpoch: in.ledger.HeldEpoch(), Floor: r.floors.raise(lock),

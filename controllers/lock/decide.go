@@ -61,8 +61,9 @@ const (
 	actGrant
 	// actFree: clear the ended holder and keep the epoch; nobody waits.
 	actFree
-	// actRepair: the holder (if any) stays; raise the counter, restore the
-	// labels, finalizer or TTL on the Lease.
+	// actRepair: the holder (if any) stays, at the epoch it was granted;
+	// raise the counter (back to that epoch, when a holder stays), restore
+	// the labels, finalizer or TTL on the Lease.
 	actRepair
 	// actReleaseFinalizer: the Lease was deleted and no claim remains: let it go.
 	actReleaseFinalizer
@@ -82,6 +83,13 @@ const (
 	holderExpired   holderEnd = fkv1.ReasonExpired       // no renewal observed for a TTL
 	holderGaveUp    holderEnd = fkv1.ReasonSuperseded    // claim is already Expired (terminal)
 	holderForced    holderEnd = fkv1.ReasonForcedRelease // an operator broke the lock
+	// holderEpochLost: the Lease cannot go on showing the holder's epoch
+	// (keepsEpoch). A grant is the pair (claim UID, epoch): the authority
+	// never gives a continuing holder another epoch, since its library,
+	// and everything it already wrote, go by the one it was granted. The
+	// hold ends (the claim goes Expired, Superseded) and the lock is
+	// granted anew to the next waiter, or freed.
+	holderEpochLost holderEnd = "EpochLost"
 )
 
 // action is the outcome of decide: at most one Lease change. The claim
@@ -110,7 +118,8 @@ type action struct {
 	exhausted bool
 	// unrecorded is true when the Lease names a holder whose grant no status
 	// records and whose epoch the counter cannot tell (grantUnrecorded):
-	// that holder is not shown Held from this Lease.
+	// that holder is not shown Held from this Lease, and its hold ends
+	// (holderEpochLost) as soon as the Lease can be written.
 	unrecorded bool
 }
 
@@ -159,9 +168,12 @@ func decide(s snapshot) action {
 			if s.holderPod != pods.Live {
 				left = s.renewSeenAt.Add(ttl).Sub(s.now)
 			}
-			if left <= 0 {
+			switch {
+			case left <= 0:
 				a.end = holderExpired
-			} else {
+			case !keepsEpoch(holder, s.ledger, issued, a.unrecorded):
+				a.end = holderEpochLost
+			default:
 				a.holder, a.requeueAfter = holder, left
 			}
 		}
@@ -199,17 +211,7 @@ func decide(s snapshot) action {
 			return a
 		}
 	}
-	switch {
-	case a.holder != nil && a.unrecorded:
-		// A holder kept whose grant no status records, while the counter
-		// cannot be its epoch: from the counter or the floor it would
-		// share an earlier holder's epoch. It holds a fresh one, above
-		// everything issued and at least the storage revision.
-		if s.storageRevision == 0 || issued == math.MaxInt64 {
-			return a // shown Held only once a fresh epoch is written
-		}
-		a.epoch, a.repaired, repair = max(issued+1, s.storageRevision), true, true
-	case repair && a.holder == nil && s.ledger.IsNew():
+	if repair && a.holder == nil && s.ledger.IsNew() {
 		// A new ledger written without a holder: the next grant counts up
 		// from it.
 		start, ok := newLedgerStart(s, issued)
@@ -222,6 +224,24 @@ func decide(s snapshot) action {
 		a.kind = actRepair
 	}
 	return a
+}
+
+// keepsEpoch reports whether holder may go on holding through this action:
+// the counter the Lease shows after it (issued, decide's last epoch issued,
+// which a repair writes) is the epoch holder was granted. That epoch is the
+// one its status records; with none recorded (the grant's status patch
+// never happened), the Lease's counter, unless grantUnrecorded says the
+// counter cannot be it (unrecorded). Anything else, a counter set back
+// below an epoch issued after the holder's, raised past it, or unreadable
+// with nothing recording the grant, would leave the holder working with an
+// epoch the ledger no longer shows as its own, or need a new one for it,
+// and a grant is never re-epoched: the hold ends instead.
+func keepsEpoch(holder *fkv1.FencedLease, led fkv1.Ledger, issued int64, unrecorded bool) bool {
+	granted := holder.Status.Epoch
+	if granted == 0 && !unrecorded {
+		granted = led.Epoch
+	}
+	return granted != 0 && granted == issued
 }
 
 // newLedgerStart is the counter of a new ledger written with no record of
@@ -241,7 +261,8 @@ func newLedgerStart(s snapshot, issued int64) (int64, bool) {
 // counter cannot be trusted to be that epoch: unreadable, below an epoch
 // already issued (the floor), or not above an epoch another claim records
 // (set back by hand). The next epoch written then starts at the storage
-// revision, and a surviving holder is shown Held only with that one.
+// revision, and a surviving holder's hold ends (keepsEpoch): it is never
+// given that fresh epoch, which its library would not know as its grant.
 func grantUnrecorded(l fkv1.Ledger, claims []*fkv1.FencedLease, floor int64) bool {
 	if !l.Held() {
 		return false

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -22,6 +24,24 @@ func claim(name string, created int, phase fkv1.FencedLeasePhase, epoch int64) *
 		Spec:       fkv1.FencedLeaseSpec{LockName: "report-2026-07", HolderIdentity: name, LeaseDurationSeconds: ptr.To(int32(30))},
 		Status:     fkv1.FencedLeaseStatus{Phase: phase, Epoch: epoch},
 	}
+}
+
+// madeByBridge is c as the pod bridge makes it for pod podUID: a controller
+// reference to the pod, and the creator admission records for the
+// manager's claims for pods (no user, bound to that pod).
+func madeByBridge(c *fkv1.FencedLease, podUID types.UID) *fkv1.FencedLease {
+	c = c.DeepCopy()
+	c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "pod-" + string(podUID), UID: podUID, Controller: ptr.To(true)}}
+	c.Annotations = map[string]string{fkv1.AnnotationCreatedBy: "", fkv1.AnnotationCreatedByPodUID: string(podUID)}
+	return c
+}
+
+// madeByUser is c created by user with a controller reference to pod
+// podUID: what admission records whatever the user sent.
+func madeByUser(c *fkv1.FencedLease, user string, podUID types.UID) *fkv1.FencedLease {
+	c = madeByBridge(c, podUID)
+	c.Annotations = map[string]string{fkv1.AnnotationCreatedBy: user, fkv1.AnnotationCreatedByPodUID: ""}
+	return c
 }
 
 // held is the ledger of a Lease naming holder at epoch, TTL 30 s.
@@ -121,26 +141,50 @@ func TestDecide(t *testing.T) {
 			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true, HolderClaim: "w1", HolderUID: "uid-w1", LeaseDurationSeconds: 30},
 				claims: []*fkv1.FencedLease{expiredW1}, floor: 41, storageRevision: 5000, now: t0},
 			kind: actFree, epoch: 5000, end: holderGaveUp, repaired: true},
-		{name: "a holder whose grant no status recorded, on an unreadable counter: it keeps the lock at the storage revision",
+		// A grant is the pair (claim UID, epoch): a holder whose epoch the
+		// Lease can no longer show is never given another one (these rows
+		// kept it at a fresh epoch before rev. 3). Its hold ends, and the
+		// lock goes to the next waiter, or is freed, from the storage
+		// revision.
+		{name: "a holder whose grant no status recorded, on an unreadable counter: its hold ends, the lock is freed at the storage revision",
 			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true, HolderClaim: "w2", HolderUID: "uid-w2", LeaseDurationSeconds: 30},
 				claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 41, storageRevision: 5000, renewSeenAt: t0, now: t0},
-			kind: actRepair, holder: "w2", epoch: 5000, repaired: true},
-		{name: "the same without the storage revision: nothing is written",
+			kind: actFree, epoch: 5000, end: holderEpochLost, repaired: true},
+		{name: "the same with a waiter: the waiter is granted at the storage revision, never the same claim again",
+			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true, HolderClaim: "w2", HolderUID: "uid-w2", LeaseDurationSeconds: 30},
+				claims: []*fkv1.FencedLease{expiredW1, w2, w3}, floor: 41, storageRevision: 5000, renewSeenAt: t0, now: t0},
+			kind: actGrant, holder: "w3", epoch: 5000, end: holderEpochLost, repaired: true},
+		{name: "the same without the storage revision: nothing is written, and the holder is not kept",
 			snap: snapshot{ledger: fkv1.Ledger{Exists: true, Adopted: true, HolderClaim: "w2", HolderUID: "uid-w2", LeaseDurationSeconds: 30},
 				claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 41, renewSeenAt: t0, now: t0},
-			kind: actKeep, holder: "w2", epoch: 41, repaired: true, unrecorded: true},
-		{name: "a holder whose grant no status recorded, on a counter set back to the previous holder's epoch: kept at the storage revision",
+			kind: actKeep, epoch: 41, unrecorded: true},
+		{name: "a holder whose grant no status recorded, on a counter set back to the previous holder's epoch: its hold ends, freed at the storage revision",
 			snap: snapshot{ledger: held(41, "w2"), claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 41, storageRevision: 5000, renewSeenAt: t0, now: t0},
-			kind: actRepair, holder: "w2", epoch: 5000, repaired: true},
-		{name: "a holder whose grant no status recorded, on a counter below an epoch this process issued: kept at the storage revision",
+			kind: actFree, epoch: 5000, end: holderEpochLost, repaired: true},
+		{name: "the same with a waiter: the waiter is granted at the storage revision",
+			snap: snapshot{ledger: held(41, "w2"), claims: []*fkv1.FencedLease{expiredW1, w2, w3}, floor: 41, storageRevision: 5000, renewSeenAt: t0, now: t0},
+			kind: actGrant, holder: "w3", epoch: 5000, end: holderEpochLost},
+		{name: "a holder whose grant no status recorded, on a counter below an epoch this process issued: its hold ends, freed at the storage revision",
 			snap: snapshot{ledger: held(30, "w2"), claims: []*fkv1.FencedLease{w2}, floor: 42, storageRevision: 5000, renewSeenAt: t0, now: t0},
-			kind: actRepair, holder: "w2", epoch: 5000, repaired: true},
-		{name: "a holder whose grant no status recorded, on a set-back counter, when epochs were raised by hand above the storage revision: one above everything issued",
-			snap: snapshot{ledger: held(9000000, "w2"), claims: []*fkv1.FencedLease{claim("w1", 0, fkv1.PhaseExpired, 9000000), w2}, floor: 9000000, storageRevision: 5000, renewSeenAt: t0, now: t0},
-			kind: actRepair, holder: "w2", epoch: 9000001, repaired: true},
+			kind: actFree, epoch: 5000, end: holderEpochLost, repaired: true},
+		{name: "a holder whose grant no status recorded, on a set-back counter, when epochs were raised by hand above the storage revision: its hold ends; the waiter gets one above everything issued",
+			snap: snapshot{ledger: held(9000000, "w2"), claims: []*fkv1.FencedLease{claim("w1", 0, fkv1.PhaseExpired, 9000000), w2, w3}, floor: 9000000, storageRevision: 5000, renewSeenAt: t0, now: t0},
+			kind: actGrant, holder: "w3", epoch: 9000001, end: holderEpochLost},
 		{name: "a holder whose grant no status recorded, on a set-back counter, without the storage revision: nothing written, not shown Held",
 			snap: snapshot{ledger: held(41, "w2"), claims: []*fkv1.FencedLease{expiredW1, w2}, floor: 41, renewSeenAt: t0, now: t0},
-			kind: actKeep, holder: "w2", epoch: 41, unrecorded: true},
+			kind: actKeep, epoch: 41, unrecorded: true},
+		{name: "a holder whose status records its epoch, below one issued after it (the counter set back, then raised past it): its hold ends; the waiter gets the next epoch",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1, claim("x", 0, fkv1.PhaseExpired, 45), w2}, floor: 45, renewSeenAt: t0, now: t0},
+			kind: actGrant, holder: "w2", epoch: 46, end: holderEpochLost, repaired: true},
+		{name: "the same with nobody waiting: freed at the epoch issued last, never re-epoched",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1, claim("x", 0, fkv1.PhaseExpired, 45)}, floor: 45, renewSeenAt: t0, now: t0},
+			kind: actFree, epoch: 45, end: holderEpochLost, repaired: true},
+		{name: "a holder whose Lease counter was raised past its recorded epoch: its hold ends",
+			snap: snapshot{ledger: held(45, "w1"), claims: []*fkv1.FencedLease{w1, w2}, floor: 45, renewSeenAt: t0, now: t0},
+			kind: actGrant, holder: "w2", epoch: 46, end: holderEpochLost},
+		{name: "a holder whose counter was set back below its own recorded epoch keeps it: the repair restores that epoch",
+			snap: snapshot{ledger: held(3, "w1"), claims: []*fkv1.FencedLease{w1, w2}, floor: 41, renewSeenAt: t0, now: t0},
+			kind: actRepair, holder: "w1", epoch: 41, repaired: true},
 		{name: "a holder whose grant no status recorded, on a set-back counter, expired with a waiter, without the storage revision: nothing written, not shown Held",
 			snap: snapshot{ledger: held(41, "w2"), claims: []*fkv1.FencedLease{expiredW1, w2, w3}, floor: 41, renewSeenAt: t0, now: t0.Add(time.Minute)},
 			kind: actKeep, epoch: 41, unrecorded: true},
@@ -288,11 +332,108 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// A claim is pod-held only when the pod bridge made it for that pod (rev.
+// 3): a controller reference to a ready pod on a hand-made claim gives it
+// no liveness, and it expires a TTL after its last renewal like any claim.
+// holderPod's decision (podLiveness) feeds decide, as gather does.
+func TestHandMadeClaimBorrowsNoPodLiveness(t *testing.T) {
+	readyPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pod-p", UID: "p"}, Spec: corev1.PodSpec{NodeName: "node-1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionTrue}}}}
+	readyNode := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	w1, w2 := claim("w1", 0, fkv1.PhaseHeld, 41), claim("w2", 5, fkv1.PhasePending, 0)
+	bridgeMovedToP := madeByBridge(w1, "other-pod")
+	bridgeMovedToP.OwnerReferences[0].UID = "p"
+	noRecord := madeByBridge(w1, "p")
+	noRecord.Annotations = nil
+	cases := []struct {
+		name   string
+		holder *fkv1.FencedLease
+		live   pods.Liveness
+		// after one TTL without a renewal, and after an hour
+		atTTL, atHour actionKind
+	}{
+		{"made by the bridge for the ready pod: kept while the pod is ready", madeByBridge(w1, "p"), pods.Live, actKeep, actKeep},
+		{"made by a user with a controller reference to the ready pod: expires after its TTL", madeByUser(w1, "mallory", "p"), pods.NotAPod, actGrant, actGrant},
+		{"recording no creator, controller reference to the ready pod: expires after its TTL", noRecord, pods.NotAPod, actGrant, actGrant},
+		{"made by the bridge for another pod, reference moved to the ready pod: expires after its TTL", bridgeMovedToP, pods.NotAPod, actGrant, actGrant},
+		{"a plain claim: expires after its TTL", w1, pods.NotAPod, actGrant, actGrant},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			live, _, err := podLiveness(tc.holder, readyPod, readyNode)
+			if err != nil || live != tc.live {
+				t.Errorf("podLiveness = %v (%v), want %v", live, err, tc.live)
+			}
+			for _, at := range []struct {
+				after time.Duration
+				want  actionKind
+			}{{30 * time.Second, tc.atTTL}, {time.Hour, tc.atHour}} {
+				a := decide(snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{tc.holder, w2}, holderPod: live,
+					renewSeenAt: t0, now: t0.Add(at.after)})
+				if a.kind != at.want {
+					t.Fatalf("%v without a renewal: kind = %v, want %v", at.after, a.kind, at.want)
+				}
+				if at.want == actGrant && (a.end != holderExpired || a.holder != w2) {
+					t.Fatalf("%v without a renewal: end %q, grant to %v; want Expired, w2", at.after, a.end, a.holder)
+				}
+			}
+		})
+	}
+
+	// A waiter: only a bridge claim waits for its pod to be ready; a
+	// hand-made one naming a pod that is not ready is granted like any.
+	notReady := readyPod.DeepCopy()
+	notReady.Status.Conditions[0].Status = corev1.ConditionFalse
+	for _, tc := range []struct {
+		name    string
+		waiter  *fkv1.FencedLease
+		granted bool
+	}{
+		{"bridge claim of a pod not ready keeps its place", madeByBridge(w2, "p"), false},
+		{"hand-made claim naming a pod not ready is granted", madeByUser(w2, "mallory", "p"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			live, _, _ := podLiveness(tc.waiter, notReady, readyNode)
+			var waiterPods map[types.UID]pods.Liveness
+			if live != pods.NotAPod && live != pods.Live {
+				waiterPods = map[types.UID]pods.Liveness{tc.waiter.UID: live}
+			}
+			a := decide(snapshot{ledger: free(41), claims: []*fkv1.FencedLease{tc.waiter}, waiterPods: waiterPods, now: t0})
+			if got := a.kind == actGrant; got != tc.granted {
+				t.Fatalf("granted = %v (%v), want %v", got, a.kind, tc.granted)
+			}
+		})
+	}
+}
+
 func TestDesiredStatusNeverLeavesExpired(t *testing.T) {
 	c := claim("w1", 0, fkv1.PhaseExpired, 41)
 	st, tr := desiredStatus(c, statusInputs{ledger: held(41, "w1")})
 	if st.Phase != fkv1.PhaseExpired || tr != "" {
 		t.Fatalf("Expired claim moved to %s (%s)", st.Phase, tr)
+	}
+}
+
+// The holder whose hold ended because the Lease could not keep its epoch
+// goes Expired (terminal: never granted again) as Superseded, saying why,
+// whether or not its grant was ever shown.
+func TestDesiredStatusEndsAHolderWhoseEpochWasLost(t *testing.T) {
+	for _, c := range []*fkv1.FencedLease{claim("w2", 0, fkv1.PhasePending, 0), claim("w1", 0, fkv1.PhaseHeld, 41)} {
+		after := free(5000)
+		after.PreviousUID = c.UID
+		st, tr := desiredStatus(c, statusInputs{lease: &coordinationv1.Lease{}, ledger: after, epochLostUID: string(c.UID)})
+		cond := meta.FindStatusCondition(st.Conditions, fkv1.ConditionHeld)
+		if st.Phase != fkv1.PhaseExpired || tr != transitionEpochLost || cond == nil || cond.Reason != fkv1.ReasonSuperseded {
+			t.Fatalf("%s: got %s (%s, %+v), want Expired, Superseded", c.Name, st.Phase, tr, cond)
+		}
+		if st.Epoch != c.Status.Epoch {
+			t.Fatalf("%s: epoch %d, want the one it had (%d)", c.Name, st.Epoch, c.Status.Epoch)
+		}
+		ended := c.DeepCopy()
+		ended.Status = st
+		if grantable(ended, fkv1.Ledger{Exists: true, Epoch: 5001, EpochValid: true}) {
+			t.Fatalf("%s: an ended holder is grantable again once the Lease forgets it", c.Name)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"fmt"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -50,6 +51,14 @@ func (r *Reconciler) recordClaimTransition(ctx context.Context, c *fkv1.FencedLe
 		by, why, _ := fkv1.BreakRequest(c)
 		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "ForceRelease",
 			"Lock %s forcibly released by user %q at epoch %d: reason %q", c.Spec.LockName, by, c.Status.Epoch, why)
+	case transitionEpochLost:
+		granted := "the epoch it was granted (which no status recorded)"
+		if c.Status.Epoch != 0 {
+			granted = fmt.Sprintf("its epoch %d", c.Status.Epoch)
+		}
+		r.recorder.Eventf(c, related, corev1.EventTypeWarning, fkv1.ReasonSuperseded, "Supersede",
+			"Hold of lock %s ended: the Lease's epoch counter no longer showed %s, and a holder's epoch is never changed; "+
+				"the lock goes to the next waiter, if any, with a new epoch", c.Spec.LockName, granted)
 	case fkv1.ReasonSuperseded:
 		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Supersede",
 			"Epoch %d on lock %s superseded: the Lease names another holder", c.Status.Epoch, c.Spec.LockName)

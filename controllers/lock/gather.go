@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -297,18 +298,21 @@ func (r *Reconciler) confirmHolder(ctx context.Context, lock types.NamespacedNam
 // was made for, from the (stripped) pod and node caches, and when its
 // containers last stopped being ready (pods.NotReadySince).
 //
+// Only a claim the pod bridge made for its pod is a pod's (pods.BridgeRef,
+// from what admission recorded about its creator): any other claim is
+// pods.NotAPod whatever pod its ownerReference names, so a hand-made claim
+// never borrows a ready pod's liveness to outlive its TTL unrenewed, nor
+// waits for a pod to be ready.
+//
 // With confirm (the holder's pod), a cache that shows no pod of that name,
 // or another pod, is checked against the apiserver before the hold ends at
 // once: the claim's pod may be newer than the cache (another replica made
 // its claim, after a re-creation this cache has not seen yet). A pod the
 // cache shows deleting or finished is gone for good; that needs no read.
 func (r *Reconciler) holderPod(ctx context.Context, ns string, holder *fkv1.FencedLease, confirm bool) (pods.Liveness, string, error) {
-	if holder == nil {
-		return pods.NotAPod, "", nil
-	}
-	ref := pods.OwnerRef(holder)
+	ref := bridgeRef(holder)
 	if ref == nil {
-		return pods.NotAPod, "", nil
+		return podLiveness(holder, nil, nil)
 	}
 	var pod corev1.Pod
 	key := types.NamespacedName{Namespace: ns, Name: ref.Name}
@@ -318,21 +322,48 @@ func (r *Reconciler) holderPod(ctx context.Context, ns string, holder *fkv1.Fenc
 		err = r.apiReader.Get(ctx, key, &pod)
 	}
 	if apierrors.IsNotFound(err) {
-		return pods.Gone, "", nil
+		return podLiveness(holder, nil, nil)
 	}
 	if err != nil {
 		return pods.NotLive, "", err
 	}
-	live := pods.LivenessOf(&pod, string(ref.UID))
-	if live == pods.Gone || pod.Spec.NodeName == "" {
-		return live, pods.NotReadySince(&pod, nil), nil
+	if pods.LivenessOf(&pod, string(ref.UID)) == pods.Gone || pod.Spec.NodeName == "" {
+		return podLiveness(holder, &pod, nil)
 	}
 	var node corev1.Node
 	switch err := r.client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, &node); {
 	case apierrors.IsNotFound(err):
-		return live, pods.NotReadySince(&pod, nil), nil
+		return podLiveness(holder, &pod, nil)
 	case err != nil:
 		return pods.NotLive, "", err
 	}
-	return live.OnNode(&node), pods.NotReadySince(&pod, &node), nil
+	return podLiveness(holder, &pod, &node)
+}
+
+// bridgeRef is pods.BridgeRef of a claim that may be nil.
+func bridgeRef(c *fkv1.FencedLease) *metav1.OwnerReference {
+	if c == nil {
+		return nil
+	}
+	return pods.BridgeRef(c)
+}
+
+// podLiveness is holderPod's decision, a pure function of what it read: the
+// liveness of the pod the bridge made claim c for, as pod (nil: no such
+// pod) and its node (nil: not known) show it, and pods.NotReadySince. A
+// claim the bridge did not make is pods.NotAPod whatever pod is passed: it
+// renews the Lease itself or expires.
+func podLiveness(c *fkv1.FencedLease, pod *corev1.Pod, node *corev1.Node) (pods.Liveness, string, error) {
+	ref := bridgeRef(c)
+	switch {
+	case ref == nil:
+		return pods.NotAPod, "", nil
+	case pod == nil:
+		return pods.Gone, "", nil
+	}
+	live := pods.LivenessOf(pod, string(ref.UID))
+	if live == pods.Gone {
+		return live, pods.NotReadySince(pod, nil), nil
+	}
+	return live.OnNode(node), pods.NotReadySince(pod, node), nil
 }

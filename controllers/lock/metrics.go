@@ -76,7 +76,9 @@ func holdEndedLabel(end holderEnd) string {
 		return holdEndedReleased
 	case holderExpired:
 		return holdEndedExpired
-	case holderGaveUp:
+	case holderGaveUp, holderEpochLost:
+		// A hold the ledger could no longer show as the holder's ends as
+		// Superseded, like one whose claim was already Expired.
 		return holdEndedSuperseded
 	case holderForced:
 		return holdEndedForced

@@ -16,7 +16,9 @@ const DefaultMaxWaiters = 1000
 // first, then new ones in FIFO order take the free places. A claim already
 // queued is never turned away, and neither is a pod's claim (it takes a
 // place but the pod bridge would only make it again; a Deployment's
-// replicas bound that queue). max <= 0 means no limit.
+// replicas bound that queue). Only a claim the bridge made counts as a
+// pod's (pods.BridgeRef): an ownerReference to a pod, which anyone may
+// write, does not jump the limit. max <= 0 means no limit.
 func queueFull(claims []*fkv1.FencedLease, l fkv1.Ledger, max int) map[types.UID]bool {
 	if max <= 0 || len(claims) <= max {
 		return nil // no limit, or fewer claims than places: nothing to sort
@@ -32,7 +34,7 @@ func queueFull(claims []*fkv1.FencedLease, l fkv1.Ledger, max int) map[types.UID
 	for _, c := range waiting {
 		switch {
 		case c.Status.Phase != "":
-		case free > 0 || pods.OwnerRef(c) != nil:
+		case free > 0 || pods.BridgeRef(c) != nil:
 			free--
 		default:
 			if full == nil {

@@ -181,6 +181,7 @@ func TestMetricsGrantAndHoldEnd(t *testing.T) {
 		{holderExpired, "expired"},
 		{holderGaveUp, "superseded"},
 		{holderForced, "forced"},
+		{holderEpochLost, "superseded"},
 	} {
 		waits, waitSum := histogram(t, "fencekeeper_acquire_wait_seconds")
 		holds, holdSum := histogram(t, "fencekeeper_hold_duration_seconds", "ended", tc.label)

@@ -23,6 +23,9 @@ type statusInputs struct {
 	// expiredUID is the holder this reconcile expired (reason Expired rather
 	// than Superseded).
 	expiredUID string
+	// epochLostUID is the holder whose hold this reconcile ended because the
+	// Lease could not keep its epoch (holderEpochLost): Superseded, saying why.
+	epochLostUID string
 	// exhausted: the lock's epochs are used up; waiters are never granted.
 	exhausted bool
 	// unrecorded: the Lease's counter cannot be its holder's epoch, and the
@@ -33,6 +36,12 @@ type statusInputs struct {
 	queueFull  map[types.UID]bool
 	maxWaiters int
 }
+
+// transitionEpochLost is desiredStatus's transition for the holder whose
+// hold ended because the Lease could not keep its epoch: a Superseded Event
+// that says so (the plain one says another holder took over, and here the
+// lock may be free).
+const transitionEpochLost = "EpochLost"
 
 // desiredStatus computes a claim's status. It only changes what a phase
 // transition changes, so a reconcile with nothing new writes nothing, and a
@@ -87,13 +96,19 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 			reason = fkv1.ReasonExpired
 			msg = fmt.Sprintf("Lease on lock %s expired: no renewal observed for %ds", lockName, c.LeaseDurationSeconds())
 		}
+		transition := reason
+		if string(c.UID) == in.epochLostUID {
+			reason, transition = fkv1.ReasonSuperseded, transitionEpochLost
+			msg = fmt.Sprintf("Lost lock %s: the Lease's epoch counter no longer showed this claim's epoch (it was edited, set back "+
+				"or unreadable), and a holder's epoch is never changed, so the hold ended; create a new claim to contend again", lockName)
+		}
 		if by, why, ok := fkv1.BreakRequest(c); ok {
-			reason = fkv1.ReasonForcedRelease
+			reason, transition = fkv1.ReasonForcedRelease, fkv1.ReasonForcedRelease
 			msg = fmt.Sprintf("Lock %s was forcibly released by user %q: reason %q", lockName, by, why)
 		}
 		st.Phase = fkv1.PhaseExpired
 		setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, reason, msg)
-		return st, reason
+		return st, transition
 
 	case st.Phase == "" && in.queueFull[c.UID]:
 		st.Phase = fkv1.PhaseExpired

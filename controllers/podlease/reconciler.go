@@ -153,11 +153,13 @@ func afterPodWrite(ctx context.Context, err error) (ctrl.Result, error) {
 // at again: long enough for the cache to show the change, as a rule.
 const podChangedRetry = 500 * time.Millisecond
 
-// IndexPodOwner indexes FencedLeases by the name of the pod they were made for.
+// IndexPodOwner indexes the FencedLeases the bridge looks after (bridgesPod)
+// by the name of the pod they were made for.
 const IndexPodOwner = "podOwner"
 
-// podClaims lists the claims made for pod name in ns (any pod of that name,
-// current or gone), through an index: no scan of the namespace's claims.
+// podClaims lists the claims the bridge looks after for pod name in ns (any
+// pod of that name, current or gone; bridgesPod), through an index: no scan
+// of the namespace's claims.
 func (r *Reconciler) podClaims(ctx context.Context, ns, name string) ([]fkv1.FencedLease, error) {
 	var list fkv1.FencedLeaseList
 	if err := r.client.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexPodOwner: name}); err != nil {
@@ -166,7 +168,8 @@ func (r *Reconciler) podClaims(ctx context.Context, ns, name string) ([]fkv1.Fen
 	return list.Items, nil
 }
 
-// deleteClaims deletes the claims made for pod name in ns, except the one of
+// deleteClaims deletes the claims made for pod name in ns (podClaims: never
+// a user's claim that merely names the pod as its owner), except the one of
 // the pod (uid: the cached pod's, "" when the cache has none) for the lock
 // keep. With retry (the pod is live again), an Expired claim is deleted too,
 // so the pod contends again with a fresh claim; a pod that is not live keeps
@@ -234,16 +237,26 @@ func madeForUID(c *fkv1.FencedLease, uid types.UID) bool {
 // madeFor reports whether claim is the one the bridge made for pod: owned by
 // the pod and bound to it rather than to a user (the bridge writes that
 // binding, and the claim-identity policy writes the same for the manager's
-// claims for pods). A claim that records no binding (made by an older
-// manager without the policy, or by someone else) is not: its epoch would be
-// refused every write (rule 9), so the bridge replaces it.
+// claims for pods; pods.BridgeRef, which the lock authority also goes by to
+// treat a claim as pod-held). A claim that records no binding (made by an
+// older manager without the policy, or by someone else) is not: its epoch
+// would be refused every write (rule 9), so the bridge replaces it.
 func madeFor(claim *fkv1.FencedLease, pod *corev1.Pod) bool {
-	ref := pods.OwnerRef(claim)
-	if ref == nil || ref.UID != pod.UID {
-		return false
+	ref := pods.BridgeRef(claim)
+	return ref != nil && ref.UID == pod.UID
+}
+
+// bridgesPod reports whether the bridge looks after claim c for the pod its
+// controller reference names: a claim it made (pods.BridgeRef), or one that
+// records no creator (an older manager's, made before claims recorded one;
+// the bridge replaces it). A claim a user made, with a controller reference
+// to a pod, is the user's: it is not pod-held, and it renews, expires or is
+// released like any claim (the garbage collector deletes it with the pod).
+func bridgesPod(c *fkv1.FencedLease) bool {
+	if pods.BridgeRef(c) != nil {
+		return true
 	}
-	createdBy, recorded := claim.Annotations[fkv1.AnnotationCreatedBy]
-	return recorded && createdBy == "" && claim.Annotations[fkv1.AnnotationCreatedByPodUID] == string(pod.UID)
+	return pods.OwnerRef(c) != nil && fkv1.RecordsNoIdentity(c)
 }
 
 // ensureClaim returns the pod's claim for lock, creating it if the cache has
@@ -325,8 +338,8 @@ func (r *Reconciler) reportInvalid(ctx context.Context, pod *corev1.Pod, msg str
 // SetupWithManager registers the owner-pod index and the pod-lease controller.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &fkv1.FencedLease{}, IndexPodOwner, func(o client.Object) []string {
-		if name := pods.OwnerName(o.(*fkv1.FencedLease)); name != "" {
-			return []string{name}
+		if c := o.(*fkv1.FencedLease); bridgesPod(c) {
+			return []string{pods.OwnerName(c)}
 		}
 		return nil
 	}); err != nil {

@@ -115,3 +115,21 @@ func TestMadeForRefusesAClaimSquattingOnThePodsName(t *testing.T) {
 	g.Expect(madeFor(own(map[string]string{fkv1.AnnotationCreatedBy: "", fkv1.AnnotationCreatedByPodUID: "another-pod"}), pod)).To(BeFalse())
 	g.Expect(madeFor(podClaim(fkv1.PhasePending, 0), pod)).To(BeFalse(), "not owned by the pod")
 }
+
+// The bridge looks after its own claims and an older manager's (which
+// record no creator), never a user's claim that names the pod as its
+// controller: that one is the user's to renew or release.
+func TestBridgesPodLeavesAUsersClaimAlone(t *testing.T) {
+	g := NewWithT(t)
+	pod := leasePod(nil)
+	own := func(ann map[string]string) *fkv1.FencedLease {
+		c := podClaim(fkv1.PhasePending, 0)
+		c.Annotations = ann
+		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: ptr.To(true)}}
+		return c
+	}
+	g.Expect(bridgesPod(own(map[string]string{fkv1.AnnotationCreatedBy: "", fkv1.AnnotationCreatedByPodUID: string(pod.UID)}))).To(BeTrue(), "the bridge's claim")
+	g.Expect(bridgesPod(own(nil))).To(BeTrue(), "an older manager's claim, which the bridge replaces")
+	g.Expect(bridgesPod(own(map[string]string{fkv1.AnnotationCreatedBy: "mallory", fkv1.AnnotationCreatedByPodUID: ""}))).To(BeFalse(), "a user's claim")
+	g.Expect(bridgesPod(podClaim(fkv1.PhasePending, 0))).To(BeFalse(), "not owned by a pod")
+}

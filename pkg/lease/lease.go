@@ -214,8 +214,13 @@ func (l *Lease) evaluate() {
 }
 
 // renew advances renewTime on the backing Lease, guarded by resourceVersion
-// and only while the Lease names this claim. It returns an error wrapping
-// ErrLost when the Lease names someone else.
+// and only while the Lease names this claim with the epoch it was granted.
+// It returns an error wrapping ErrLost when the Lease names someone else, or
+// this claim with another epoch (or an unreadable one): a grant is the pair
+// (claim UID, epoch), and once the Lease no longer shows that pair, the
+// epoch this holder stamps is not the lock's current one, so renewing would
+// only keep a lock whose writes are refused, or outlive an authority that
+// ended the hold.
 func (l *Lease) renew(ctx context.Context) error {
 	l.mu.Lock()
 	cur := l.lease
@@ -234,8 +239,13 @@ func (l *Lease) renew(ctx context.Context) error {
 			}
 			cur = &fresh
 		}
-		if got := fkv1.ReadLedger(cur, l.Lock).HolderUID; got != l.UID {
-			return fmt.Errorf("the Lease of lock %s/%s names claim %q, not ours (%s): %w", l.Namespace, l.Lock, got, l.UID, ErrLost)
+		led := fkv1.ReadLedger(cur, l.Lock)
+		if led.HolderUID != l.UID {
+			return fmt.Errorf("the Lease of lock %s/%s names claim %q, not ours (%s): %w", l.Namespace, l.Lock, led.HolderUID, l.UID, ErrLost)
+		}
+		if !led.EpochValid || led.Epoch != l.Epoch {
+			return fmt.Errorf("the Lease of lock %s/%s names our claim with epoch %q, not the epoch %d we were granted: %w",
+				l.Namespace, l.Lock, cur.Annotations[fkv1.AnnotationEpoch], l.Epoch, ErrLost)
 		}
 		upd := cur.DeepCopy()
 		now := time.Now().Truncate(time.Microsecond)

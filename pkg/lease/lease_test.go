@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -288,6 +289,55 @@ var _ = Describe("Holder library", func() {
 		var after coordinationv1.Lease
 		Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "report"}, &after)).To(Succeed())
 		Expect(after.Spec.RenewTime).To(Equal(granted.Spec.RenewTime), "someone renewed W2's Lease (nothing renews W2)")
+	})
+
+	It("goes LOST and stops renewing when the Lease's epoch moves under its claim, the claim UID unchanged", func() {
+		// A grant is the pair (claim UID, epoch): a Lease that names this
+		// claim with another epoch no longer shows this holder's grant.
+		holder, _, _ := holderClient(ns)
+		rec := &recorder{}
+		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 30 * time.Second, RenewInterval: 300 * time.Millisecond, OnTransition: rec.record})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = w1.Release(ctx) })
+
+		By("the authority stops, so that nothing but W1's own renewal can notice (its claim stays Held)")
+		Expect(mgr.Stop()).To(Succeed())
+		DeferCleanup(func() {
+			var err error
+			mgr, err = env.StartManager()
+			Expect(err).NotTo(HaveOccurred())
+		})
+
+		By("the manager's identity (the only one the lease guard lets) moves the epoch while the Lease still names W1's claim")
+		asManager, err := client.New(env.Manager, client.Options{Scheme: lease.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
+		var moved coordinationv1.Lease
+		Eventually(func() error {
+			if err := asManager.Get(ctx, client.ObjectKey{Namespace: ns, Name: "report"}, &moved); err != nil {
+				return err
+			}
+			moved.Annotations[fkv1.AnnotationEpoch] = strconv.FormatInt(w1.Epoch+1, 10)
+			return asManager.Update(ctx, &moved) // a Conflict with a renewal: read again
+		}, 5*time.Second, 10*time.Millisecond).Should(Succeed())
+
+		Eventually(w1.State, 5*time.Second, 50*time.Millisecond).Should(Equal(lease.Lost))
+		Eventually(w1.Done(), 2*time.Second).Should(BeClosed(), "the lease's context is cancelled on loss")
+		var last lease.Transition
+		Eventually(func() lease.State {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			last = rec.got[len(rec.got)-1]
+			return last.To
+		}, 2*time.Second).Should(Equal(lease.Lost))
+		Expect(last.Reason).To(ContainSubstring(fmt.Sprintf("not the epoch %d we were granted", w1.Epoch)))
+
+		By("W1 renews no more: the Lease stays as the move left it")
+		Consistently(func() string {
+			var cur coordinationv1.Lease
+			Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "report"}, &cur)).To(Succeed())
+			Expect(fkv1.ReadLedger(&cur, "report").HolderUID).To(Equal(w1.UID), "the Lease still names W1's claim")
+			return cur.ResourceVersion
+		}, 2*time.Second, 100*time.Millisecond).Should(Equal(moved.ResourceVersion), "someone (W1) wrote the Lease after its epoch moved")
 	})
 
 	It("stamps the lock label and epoch on typed and unstructured objects", func() {

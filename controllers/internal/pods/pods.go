@@ -16,9 +16,11 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
-// OwnerRef returns the controller reference to the pod a claim was made for
-// (nil if the claim is not a pod's). It points into the claim's own slice,
-// which the lock controller shares with the informer cache: read it only.
+// OwnerRef returns the claim's controller reference to a pod (nil if it has
+// none). Anyone may write one: it says whom the claim names as its owner,
+// not that the pod bridge made it for that pod (BridgeRef says that). It
+// points into the claim's own slice, which the lock controller shares with
+// the informer cache: read it only.
 func OwnerRef(c *fkv1.FencedLease) *metav1.OwnerReference {
 	for i, o := range c.OwnerReferences {
 		if o.Kind == "Pod" && o.APIVersion == "v1" && o.Controller != nil && *o.Controller {
@@ -28,12 +30,49 @@ func OwnerRef(c *fkv1.FencedLease) *metav1.OwnerReference {
 	return nil
 }
 
-// OwnerName returns the name of the pod a claim was made for ("" if none).
+// OwnerName returns the name of the pod the claim's controller reference
+// names ("" if none).
 func OwnerName(c *fkv1.FencedLease) string {
 	if ref := OwnerRef(c); ref != nil {
 		return ref.Name
 	}
 	return ""
+}
+
+// BridgeRef returns the controller reference to the pod the pod bridge made
+// claim c for, or nil when the bridge did not make c. Only such a claim is
+// pod-held: alive while its pod is ready, with no renewals. Any other claim
+// renews or expires like every claim, whatever its ownerReferences say.
+//
+// An ownerReference proves nothing: whoever may create a claim may point
+// one at any pod, and a long-lived ready pod would then keep alive a claim
+// that nobody renews. What a user cannot forge is who created the claim.
+// The claim-identity admission policy (config/policy/claim-identity.yaml)
+// records it on CREATE, replacing whatever the client sent, and refuses any
+// later change: the requesting user in fencekeeper.io/created-by, except
+// for a claim the manager's own identity creates with a controller
+// reference to a pod, which it records as bound to no user (created-by
+// present and empty) but to that pod (created-by-pod-uid = its UID). The
+// manager creates claims only in the pod bridge, so that record is the
+// bridge's mark, and a user's claim carries the user's name instead. The
+// pod UID must be the one the controller reference names: ownerReferences
+// may be edited after CREATE, and a bridge claim moved to another pod must
+// not borrow that pod's liveness.
+//
+// The bridge writes the same record itself, so its claims carry it where
+// the policy is not in effect; there, as for rule 9, nothing a claim records
+// about its creator can be trusted. A claim made by an older manager, which
+// recorded nothing, is not pod-held either: the bridge replaces it.
+func BridgeRef(c *fkv1.FencedLease) *metav1.OwnerReference {
+	ref := OwnerRef(c)
+	if ref == nil || ref.UID == "" {
+		return nil
+	}
+	createdBy, recorded := c.Annotations[fkv1.AnnotationCreatedBy]
+	if !recorded || createdBy != "" || c.Annotations[fkv1.AnnotationCreatedByPodUID] != string(ref.UID) {
+		return nil
+	}
+	return ref
 }
 
 // Liveness is what the lock authority needs to know about a pod that holds a

@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -62,6 +63,42 @@ func TestOwnerRef(t *testing.T) {
 	}
 	g.Expect(OwnerName(c)).To(Equal("worker-0"))
 	g.Expect(OwnerRef(c).UID).To(BeEquivalentTo("pod-uid"))
+}
+
+// Only the pod bridge's own claims are pod-held: an ownerReference anyone
+// may write is no proof, what admission recorded about the creator is.
+func TestBridgeRef(t *testing.T) {
+	owned := func(uid string, ann map[string]string) *fkv1.FencedLease {
+		return &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Annotations: ann, OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "v1", Kind: "Pod", Name: "worker-0", UID: types.UID(uid), Controller: ptr.To(true)}}}}
+	}
+	bridge := map[string]string{fkv1.AnnotationCreatedBy: "", fkv1.AnnotationCreatedByPodUID: "pod-uid"}
+	cases := []struct {
+		name  string
+		claim *fkv1.FencedLease
+		want  bool
+	}{
+		{"made by the bridge (the manager's identity) for that pod", owned("pod-uid", bridge), true},
+		{"made by a user, controller reference to a pod", owned("pod-uid", map[string]string{fkv1.AnnotationCreatedBy: "mallory", fkv1.AnnotationCreatedByPodUID: ""}), false},
+		{"made by the pod's own ServiceAccount, owned by its pod", owned("pod-uid", map[string]string{
+			fkv1.AnnotationCreatedBy: "system:serviceaccount:reports:worker", fkv1.AnnotationCreatedByPodUID: "pod-uid"}), false},
+		{"records no creator (an older manager's, or no policy)", owned("pod-uid", nil), false},
+		{"created-by missing, pod binding only", owned("pod-uid", map[string]string{fkv1.AnnotationCreatedByPodUID: "pod-uid"}), false},
+		{"made by the bridge for one pod, reference moved to another", owned("other-pod", bridge), false},
+		{"bridge record, no owner", &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Annotations: bridge}}, false},
+		{"bridge record, owner reference not a controller", func() *fkv1.FencedLease {
+			c := owned("pod-uid", bridge)
+			c.OwnerReferences[0].Controller = nil
+			return c
+		}(), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := BridgeRef(tc.claim) != nil; got != tc.want {
+				t.Errorf("BridgeRef != nil = %v, want %v", got, tc.want)
+			}
+		})
+	}
 }
 
 func TestStripKeepsWhatDecisionsNeed(t *testing.T) {
