@@ -168,7 +168,9 @@ func (r *Reconciler) writeLease(ctx context.Context, lock types.NamespacedName, 
 
 // leaseAfter is the Lease as the action leaves it. It is a pure function of
 // its inputs; writeLease adds the resourceVersion guard by updating the very
-// object we read.
+// object we read. Every write leaves the Lease with no owner references:
+// the manager sets none, and those another writer left go (snapshot.
+// dropsOwners), in whatever write comes first.
 func leaseAfter(lock types.NamespacedName, current *coordinationv1.Lease, led fkv1.Ledger, a action, now metav1.MicroTime) *coordinationv1.Lease {
 	var l *coordinationv1.Lease
 	if current == nil {
@@ -204,6 +206,7 @@ func leaseAfter(lock types.NamespacedName, current *coordinationv1.Lease, led fk
 		}
 	}
 	after.ApplyTo(l, lock.Name)
+	l.OwnerReferences = nil
 	if l.DeletionTimestamp == nil {
 		controllerutil.AddFinalizer(l, fkv1.LeaseFinalizer)
 	}
@@ -233,6 +236,9 @@ func (r *Reconciler) recordLeaseWrite(ctx context.Context, lock types.Namespaced
 		grants.Inc()
 		observeAcquireWait(a.holder, r.clock.now())
 		logger.Info("granted", "claim", a.holder.Name, "holder", a.holder.Spec.HolderIdentity, "epoch", a.epoch)
+	}
+	if g.lease != nil && len(g.lease.OwnerReferences) > 0 {
+		r.recordOwnersRemoved(ctx, g.lease)
 	}
 	if a.repaired {
 		floorRepairs.Inc()

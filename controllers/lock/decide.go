@@ -21,6 +21,10 @@ type snapshot struct {
 	// hasLease is true when the lock has a managed Lease; leaseDeleting when
 	// an admin deleted it and only its finalizer holds it.
 	hasLease, leaseDeleting bool
+	// foreignOwners is true when the Lease has ownerReferences. The manager
+	// sets none, so another writer left them (before the managed-Lease
+	// guard covered them, or with it off).
+	foreignOwners bool
 	// foreign explains a same-named Lease fencekeeper does not manage ("" when none).
 	foreign string
 	// claims of this lock that exist and are not being deleted. Their maps,
@@ -63,7 +67,9 @@ const (
 	actFree
 	// actRepair: the holder (if any) stays, at the epoch it was granted;
 	// raise the counter (back to that epoch, when a holder stays), restore
-	// the labels, finalizer or TTL on the Lease.
+	// the labels, finalizer or TTL on the Lease, or remove the owner
+	// references another writer left on it. Not a renewal: the holder's
+	// TTL clock runs on.
 	actRepair
 	// actReleaseFinalizer: the Lease was deleted and no claim remains: let it go.
 	actReleaseFinalizer
@@ -128,12 +134,13 @@ type action struct {
 // highest of the Lease's counter, every claim's recorded epoch and this
 // process's memory.
 func decide(s snapshot) action {
+	dropOwners := s.dropsOwners()
 	switch {
 	case s.foreign != "":
 		return action{kind: actForeign}
 	case len(s.claims) == 0 && s.hasLease && s.leaseDeleting:
 		return action{kind: actReleaseFinalizer}
-	case len(s.claims) == 0 && !s.ledger.Held():
+	case len(s.claims) == 0 && !s.ledger.Held() && !dropOwners:
 		return action{kind: actIdle}
 	}
 
@@ -141,8 +148,9 @@ func decide(s snapshot) action {
 	a := action{kind: actKeep, epoch: issued, unrecorded: grantUnrecorded(s.ledger, s.claims, s.floor)}
 	a.repaired = issued != s.ledger.Epoch || !s.ledger.EpochValid
 	// The Lease also needs repair when its labels or finalizer are missing
-	// (adoption) or its TTL differs from the holder's.
-	repair := a.repaired || !s.ledger.Adopted
+	// (adoption), it has owners (dropOwners), or its TTL differs from the
+	// holder's.
+	repair := a.repaired || !s.ledger.Adopted || dropOwners
 
 	if s.ledger.Held() {
 		holder := findClaim(s.claims, s.ledger.HolderUID)
@@ -225,6 +233,15 @@ func decide(s snapshot) action {
 	}
 	return a
 }
+
+// dropsOwners reports whether the Lease carries owner references the
+// authority removes (docs/design.md §2: nobody but the manager adds, removes
+// or changes them, and the manager sets none). Held, free or idle alike: an
+// owner that does not exist has the garbage collector retry, forever, a
+// delete the managed-Lease guard refuses, and one with blockOwnerDeletion
+// hangs a foreground deletion of a real owner. A Lease being deleted is
+// left alone (it goes once its lock's claims do).
+func (s snapshot) dropsOwners() bool { return s.foreignOwners && !s.leaseDeleting }
 
 // keepsEpoch reports whether holder may go on holding through this action:
 // the counter the Lease shows after it (issued, decide's last epoch issued,

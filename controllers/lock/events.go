@@ -3,9 +3,11 @@ package lock
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -63,4 +65,52 @@ func (r *Reconciler) recordClaimTransition(ctx context.Context, c *fkv1.FencedLe
 		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Supersede",
 			"Epoch %d on lock %s superseded: the Lease names another holder", c.Status.Epoch, c.Spec.LockName)
 	}
+}
+
+// reasonOwnersRemoved is the Event reason for owner references the authority
+// removed from a managed Lease.
+const reasonOwnersRemoved = "OwnerReferencesRemoved"
+
+// maxOwnersNote bounds the owners an Event note lists (the apiserver refuses
+// a note over 1 kB; the log line names them all).
+const maxOwnersNote = 800
+
+// recordOwnersRemoved logs the owner references another writer left on
+// lease, which the write just made removed, and names them in a Warning
+// Event on the Lease.
+func (r *Reconciler) recordOwnersRemoved(ctx context.Context, lease *coordinationv1.Lease) {
+	owners := make([]string, len(lease.OwnerReferences))
+	for i, o := range lease.OwnerReferences {
+		owners[i] = ownerString(o)
+	}
+	log.FromContext(ctx).Info("removed the owner references another writer left on the Lease: only the manager sets them, and it sets none",
+		"lease", lease.Name, "owners", owners)
+	r.recorder.Eventf(lease, nil, corev1.EventTypeWarning, reasonOwnersRemoved, "RemoveOwners",
+		"Removed owner references that another writer left on managed Lease %s (an owner decides when the garbage collector deletes the Lease; "+
+			"the manager sets none): %s", lease.Name, listWithin(owners, maxOwnersNote))
+}
+
+// ownerString names an owner reference: apiVersion, kind, name and UID.
+func ownerString(o metav1.OwnerReference) string {
+	return fmt.Sprintf("%s %s/%s (uid %s)", o.APIVersion, o.Kind, o.Name, o.UID)
+}
+
+// listWithin joins items with ", " in at most about limit bytes, saying how
+// many more were left out.
+func listWithin(items []string, limit int) string {
+	var b strings.Builder
+	for i, it := range items {
+		if i > 0 && b.Len()+len(it) > limit {
+			fmt.Fprintf(&b, " and %d more", len(items)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if len(it) > limit {
+			it = it[:limit] + "..."
+		}
+		b.WriteString(it)
+	}
+	return b.String()
 }

@@ -59,6 +59,7 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 	g.ledger = fkv1.ReadLedger(g.lease, lock.Name)
 	g.hasLease = g.lease != nil
 	g.leaseDeleting = g.lease != nil && g.lease.DeletionTimestamp != nil
+	g.foreignOwners = g.lease != nil && len(g.lease.OwnerReferences) > 0
 	if g.cacheBehind, err = r.cacheBehindOwnWrites(ctx, lock, g.lease, g.claims); err != nil {
 		return g, err
 	}
@@ -89,12 +90,13 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 		if !g.ledger.IsNew() {
 			r.revisions.forget(lock)
 		}
-	case g.ledger.IsNew() && (len(g.claims) > 0 || g.ledger.Held()), grantUnrecorded(g.ledger, g.claims, g.floor):
-		// A new ledger of a lock that is not idle may be written (a grant,
-		// a repair, a free): its epochs start at the storage revision, read
-		// live after this look (one quorum list of one item, shared by
-		// every lock waiting for one; see revisionReader), never from the
-		// floor alone, which misses epochs whose records are gone.
+	case g.ledger.IsNew() && (len(g.claims) > 0 || g.ledger.Held() || g.dropsOwners()), grantUnrecorded(g.ledger, g.claims, g.floor):
+		// A new ledger of a lock that is not idle, or whose foreign owners
+		// go, may be written (a grant, a repair, a free): its epochs start
+		// at the storage revision, read live after this look (one quorum
+		// list of one item, shared by every lock waiting for one; see
+		// revisionReader), never from the floor alone, which misses epochs
+		// whose records are gone.
 		var ok bool
 		if g.storageRevision, ok, err = r.revisions.get(lock); err != nil {
 			return g, err
