@@ -215,11 +215,13 @@ func (h *FencingHandler) handleScale(ctx context.Context, req admission.Request,
 		return admission.Allowed("not fenced"), "NotFenced"
 	}
 	// The object as the scale write leaves it: a content change when the
-	// replicas change, presenting the Scale's token.
+	// replicas change, or who owns them (an apply to /scale that keeps the
+	// count still takes ownership of the object's spec.replicas, which
+	// steers the holder's next apply), presenting the Scale's token.
 	newObj := obj.DeepCopy()
 	oldReplicas, _, _ := unstructured.NestedInt64(scaleOld.Object, "spec", "replicas")
 	newReplicas, _, _ := unstructured.NestedInt64(scaleNew.Object, "spec", "replicas")
-	if oldReplicas != newReplicas {
+	if oldReplicas != newReplicas || fencing.ApplyInputsChanged(scaleOld, scaleNew) {
 		newObj.Object["fencekeeper.io/scale"] = newReplicas
 	}
 	ann := newObj.GetAnnotations()

@@ -205,6 +205,35 @@ func plantOwned(s *scen) {
 	s.must(s.b.mallory.Create(ctx, cm))
 }
 
+// moveField rewrites managedFields by hand: data field f moves from
+// manager from's entry into manager to's.
+func moveField(from, to, f string) func(*corev1.ConfigMap) {
+	return func(cm *corev1.ConfigMap) {
+		for i := range cm.ManagedFields {
+			e := &cm.ManagedFields[i]
+			var tree map[string]any
+			if e.FieldsV1 == nil || json.Unmarshal(e.FieldsV1.Raw, &tree) != nil {
+				continue
+			}
+			d, _ := tree["f:data"].(map[string]any)
+			switch e.Manager {
+			case from:
+				delete(d, f)
+			case to:
+				if d == nil {
+					d = map[string]any{}
+					tree["f:data"] = d
+				}
+				d[f] = map[string]any{}
+			default:
+				continue
+			}
+			raw, _ := json.Marshal(tree)
+			e.FieldsV1.Raw = raw
+		}
+	}
+}
+
 // fence adds the lock label, and new data.
 func fence(cm *corev1.ConfigMap) {
 	cm.Labels = map[string]string{fkv1.LabelLock: lockName}
@@ -460,6 +489,62 @@ func cases() []ruleCase {
 			write: func(s *scen) error {
 				return s.update(s.b.mallory, 0, func(cm *corev1.ConfigMap) { cm.OwnerReferences[0].Name = "elsewhere" })
 			}},
+		{name: "another identity rewrites kubectl's last-applied-configuration (what the holder's next kubectl apply prunes by), presenting nothing",
+			want: fkv1.AdmissionMissingEpoch,
+			write: func(s *scen) error {
+				return s.update(s.b.mallory, 0, annotate("kubectl.kubernetes.io/last-applied-configuration", `{"apiVersion":"v1","kind":"ConfigMap","data":{"report":"v1","x":"1"}}`))
+			}},
+		{name: "another identity moves a data field into the holder's apply entry of managedFields, presenting nothing", want: fkv1.AdmissionMissingEpoch,
+			setup: func(s *scen) {
+				s.must(s.apply("w1", fmt.Sprintf(`,"annotations":{%q:%q}`, fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e1)), "v2"))
+				s.must(s.b.admin.Patch(context.Background(), s.get(), client.RawPatch(types.MergePatchType,
+					[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"}},"data":{"x":"kept"}}`, fkv1.AnnotationEpoch, s.e1))), client.FieldOwner("other")))
+			},
+			write: func(s *scen) error { return s.update(s.b.mallory, 0, moveField("other", "w1", "f:x")) }},
+		{name: "another identity co-owns fence-policy by server-side apply of the same value (the holder's apply that drops it would not remove it), presenting nothing",
+			want: fkv1.AdmissionMissingEpoch,
+			setup: func(s *scen) {
+				s.must(s.apply("w1", fmt.Sprintf(`,"annotations":{%q:%q,%q:%q}`, fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e1), fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic), "v2"))
+			},
+			write: func(s *scen) error {
+				body := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"report","namespace":%q,"annotations":{%q:%q}}}`, s.ns, fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic)
+				return s.b.mallory.Patch(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "report"}},
+					client.RawPatch(types.ApplyPatchType, []byte(body)), client.FieldOwner("mallory"))
+			}},
+		{name: "metadata-only: a label by another field manager on an object with applied fields (the apiserver's bookkeeping), no epoch", watermark: e1,
+			setup: func(s *scen) {
+				s.must(s.apply("w1", fmt.Sprintf(`,"annotations":{%q:%q}`, fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e1)), "v2"))
+			},
+			write: func(s *scen) error {
+				return s.b.mallory.Patch(context.Background(), s.get(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"reports"}}}`)),
+					client.FieldOwner("kubectl-label"))
+			}},
+		{name: "monotonic object: W1 adds an owner after W2 took over (the garbage collector would delete the object with it)", want: fkv1.AdmissionNotCurrentEpoch,
+			setup: func(s *scen) {
+				s.must(s.update(s.b.admin, s.e1, func(cm *corev1.ConfigMap) {
+					annotate(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic)(cm)
+					annotate(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)(cm)
+				}))
+				s.must(s.b.admin.Create(context.Background(), configMap(s.ns, "bait", "-", nil, "")))
+				s.handoff()
+			},
+			write: func(s *scen) error {
+				var bait corev1.ConfigMap
+				s.must(s.b.admin.Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: "bait"}, &bait))
+				return s.update(s.b.admin, s.e1, func(cm *corev1.ConfigMap) {
+					cm.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "bait", UID: bait.UID}}
+				})
+			}},
+		{name: "monotonic object: a delete marked by W1 after W2 took over (W2 has not written)", want: fkv1.AdmissionNotCurrentEpoch,
+			setup: func(s *scen) {
+				s.must(s.update(s.b.admin, s.e1, func(cm *corev1.ConfigMap) {
+					annotate(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic)(cm)
+					annotate(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)(cm)
+					annotate(fkv1.AnnotationDeleteEpoch, fkv1.FormatEpoch(s.e1))(cm)
+				}))
+				s.handoff()
+			},
+			write: func(s *scen) error { return s.b.admin.Delete(context.Background(), s.get()) }},
 		{name: "metadata-only: an unrelated label, no epoch", watermark: e1,
 			write: func(s *scen) error {
 				return s.update(s.b.admin, 0, func(cm *corev1.ConfigMap) { cm.Labels["team"] = "reports" })
@@ -589,6 +674,17 @@ func cases() []ruleCase {
 				s.must(s.update(s.b.admin, s.e2, data("W2")))
 			},
 			write: func(s *scen) error { return s.b.admin.Delete(context.Background(), s.get()) }},
+		{name: "delete collection of fenced objects without a mark (admitted item by item)", want: fkv1.AdmissionDeleteNotMarked,
+			write: func(s *scen) error {
+				return s.b.admin.DeleteAllOf(context.Background(), &corev1.ConfigMap{}, client.InNamespace(s.ns), client.MatchingLabels{fkv1.LabelLock: lockName})
+			}},
+		{name: "delete collection after the current holder marked the object",
+			setup: func(s *scen) {
+				s.must(s.update(s.b.admin, s.e1, annotate(fkv1.AnnotationDeleteEpoch, fkv1.FormatEpoch(s.e1))))
+			},
+			write: func(s *scen) error {
+				return s.b.admin.DeleteAllOf(context.Background(), &corev1.ConfigMap{}, client.InNamespace(s.ns), client.MatchingLabels{fkv1.LabelLock: lockName})
+			}},
 		{name: "the garbage collector deletes without a mark",
 			write: func(s *scen) error { return s.b.gc.Delete(context.Background(), s.get()) }},
 		{name: "another identity deletes after the holder marked it", want: fkv1.AdmissionIdentityMismatch,
@@ -608,6 +704,7 @@ func TestCELMode(t *testing.T) {
 			}
 			t.Run("current after a handoff", func(t *testing.T) { currentAfterHandoff(t, b) })
 			t.Run("scale subresource", func(t *testing.T) { scaleFenced(t, b) })
+			t.Run("the holder's apply prunes only what the holder applied", func(t *testing.T) { applyInputs(t, b) })
 			t.Run("status subresource", func(t *testing.T) { statusWrites(t, b) })
 			t.Run("a write through another version of the kind", func(t *testing.T) { otherVersions(t, b) })
 			if mode == modeWebhook {
@@ -755,7 +852,10 @@ func (b *bed) held(t *testing.T) (*scen, *fkv1.FencedLease) {
 // of a guarded kind presents its epoch on the Scale and is fenced like a
 // write of the object. A Scale carries no labels for a policy binding to
 // select, so CEL mode keeps the scale webhook; without it these writes
-// would all pass.
+// would all pass. A scale cannot move the watermark, so it is accepted only
+// from the current holder over its own watermark, under every policy: the
+// object here is monotonic and marked for deletion by W1, and after W2's
+// scale W1 must still be unable to scale, write or delete it.
 func scaleFenced(t *testing.T, b *bed) {
 	ctx := context.Background()
 	s, w1 := b.held(t)
@@ -764,9 +864,20 @@ func scaleFenced(t *testing.T, b *bed) {
 	report := func() *unstructured.Unstructured { return envtestutil.Report(ns, key.Name) }
 	r := report()
 	r.SetLabels(map[string]string{fkv1.LabelLock: lockName})
-	r.SetAnnotations(map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(w1.Status.Epoch)})
+	r.SetAnnotations(map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(w1.Status.Epoch),
+		fkv1.AnnotationFencePolicy: fkv1.FencePolicyMonotonic, fkv1.AnnotationDeleteEpoch: fkv1.FormatEpoch(w1.Status.Epoch)})
 	r.Object["spec"] = map[string]any{"body": "v1", "replicas": int64(1)}
 	s.must(b.admin.Create(ctx, r))
+	// write updates the object as read, presenting epoch.
+	write := func(epoch int64, mutate func(*unstructured.Unstructured)) error {
+		got := report()
+		s.must(b.admin.Get(ctx, key, got))
+		mutate(got)
+		a := got.GetAnnotations()
+		a[fkv1.AnnotationEpoch] = fkv1.FormatEpoch(epoch)
+		got.SetAnnotations(a)
+		return b.admin.Update(ctx, got)
+	}
 	replicas := func() int64 {
 		got := report()
 		s.must(b.admin.Get(ctx, key, got))
@@ -795,8 +906,16 @@ func scaleFenced(t *testing.T, b *bed) {
 	b.release(w1)
 	w2 := b.hold(ns, lockName, "w2")
 	b.settleGone(ns, lockName, w1.Status.Epoch)
-	expect("the old holder scales after the handoff", scale(w1.Status.Epoch, 7), fkv1.AdmissionNotCurrentEpoch, 2)
-	expect("the new holder scales", scale(w2.Status.Epoch, 3), "", 3)
+	expect("the old holder scales after the handoff (monotonic object)", scale(w1.Status.Epoch, 7), fkv1.AdmissionNotCurrentEpoch, 2)
+	expect("the new holder scales before writing the object (watermark still the old epoch)", scale(w2.Status.Epoch, 3), fkv1.AdmissionScaleBeforeFencedWrite, 2)
+	expect("the old holder deletes by its mark (monotonic object)", b.admin.Delete(ctx, report()), fkv1.AdmissionNotCurrentEpoch, 2)
+	s.must(write(w2.Status.Epoch, func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["body"] = "v2" }))
+	expect("the new holder scales after one fenced write", scale(w2.Status.Epoch, 3), "", 3)
+	expect("the old holder writes the replicas (monotonic object)", write(w1.Status.Epoch, func(u *unstructured.Unstructured) {
+		u.Object["spec"].(map[string]any)["replicas"] = int64(1)
+	}), fkv1.AdmissionStaleEpoch, 3)
+	expect("the old holder scales again (below the watermark now)", scale(w1.Status.Epoch, 1), fkv1.AdmissionStaleEpoch, 3)
+	expect("the old holder deletes again", b.admin.Delete(ctx, report()), fkv1.AdmissionDeleteNotMarked, 3)
 
 	// The other ways a scale arrives: a JSON patch, and a PUT of the Scale
 	// read back (what kubectl scale and the autoscalers send).
@@ -818,11 +937,38 @@ func scaleFenced(t *testing.T, b *bed) {
 		return b.admin.SubResource("scale").Update(ctx, report(), client.WithSubResourceBody(sc))
 	}
 	expect("a JSON-patch scale presenting no epoch", jsonScale(0, 8), fkv1.AdmissionMissingEpoch, 3)
-	expect("the old holder's JSON-patch scale", jsonScale(w1.Status.Epoch, 8), fkv1.AdmissionNotCurrentEpoch, 3)
+	expect("the old holder's JSON-patch scale", jsonScale(w1.Status.Epoch, 8), fkv1.AdmissionStaleEpoch, 3)
 	expect("the holder's JSON-patch scale", jsonScale(w2.Status.Epoch, 4), "", 4)
 	expect("a scale PUT presenting no epoch", putScale(0, 9), fkv1.AdmissionMissingEpoch, 4)
-	expect("the old holder's scale PUT", putScale(w1.Status.Epoch, 9), fkv1.AdmissionNotCurrentEpoch, 4)
+	expect("the old holder's scale PUT", putScale(w1.Status.Epoch, 9), fkv1.AdmissionStaleEpoch, 4)
 	expect("the holder's scale PUT", putScale(w2.Status.Epoch, 5), "", 5)
+}
+
+// applyInputs: managedFields decide what a server-side apply prunes (a
+// field its manager applied before and applies no longer, owned by nobody
+// else). The holder applies data.a; another manager wrote data.x. Another
+// identity, presenting nothing, moves data.x into the holder's apply entry;
+// were that accepted, the holder's next apply of {a} would delete data.x
+// under the holder's own, current epoch. The rewrite is refused in both
+// modes, and data.x survives the holder's apply.
+func applyInputs(t *testing.T, b *bed) {
+	ctx := context.Background()
+	s, w1 := b.held(t)
+	s.w1, s.e1 = w1, w1.Status.Epoch
+	stamp := fmt.Sprintf(`,"annotations":{%q:%q}`, fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e1))
+	s.must(s.apply("w1", stamp, "v1"))
+	s.must(b.admin.Patch(ctx, s.get(), client.RawPatch(types.MergePatchType,
+		[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"}},"data":{"x":"kept"}}`, fkv1.AnnotationEpoch, s.e1))), client.FieldOwner("other")))
+	if got := reasonOf(s.update(b.mallory, 0, moveField("other", "w1", "f:x"))); got != fkv1.AdmissionMissingEpoch {
+		t.Errorf("moving data.x into the holder's apply entry, presenting nothing: got %q, want %q", got, fkv1.AdmissionMissingEpoch)
+	}
+	if got := reasonOf(s.update(b.mallory, 0, annotate("kubectl.kubernetes.io/last-applied-configuration", `{"data":{"x":"kept"}}`))); got != fkv1.AdmissionMissingEpoch {
+		t.Errorf("rewriting last-applied-configuration, presenting nothing: got %q, want %q", got, fkv1.AdmissionMissingEpoch)
+	}
+	s.must(s.apply("w1", stamp, "v2"))
+	if got := s.get().Data; got["x"] != "kept" || got["report"] != "v2" {
+		t.Fatalf("after the holder's apply the object holds %v: a field the holder never applied was pruned", got)
+	}
 }
 
 // otherVersions: HorizontalPodAutoscalers are guarded as

@@ -472,7 +472,7 @@ func ContentChanged(old, obj *unstructured.Unstructured) bool {
 		return true
 	}
 	// Who owns which field decides what the holder's next apply prunes.
-	if !applyInputsOf(old).equal(applyInputsOf(obj)) {
+	if ApplyInputsChanged(old, obj) {
 		return true
 	}
 	return !equality.Semantic.DeepEqual(keysWhere(old.GetLabels(), fenceKey), keysWhere(obj.GetLabels(), fenceKey)) ||
@@ -571,12 +571,17 @@ func StatusWrite(old, obj *unstructured.Unstructured) Decision {
 	}
 	oldA := old.GetAnnotations()
 	for k, v := range obj.GetAnnotations() {
-		if w, ok := oldA[k]; strings.HasPrefix(k, fkv1.Prefix) && (!ok || w != v) {
+		if w, ok := oldA[k]; contentAnnotation(k) && (!ok || w != v) {
 			return statusDenial("annotation " + k)
 		}
 	}
 	if addsOwner(old, obj) {
 		return statusDenial("owners")
+	}
+	// A custom resource's status strategy keeps the new managedFields of
+	// top-level fields it does not reset: ownership of content.
+	if ApplyInputsChanged(old, obj) {
+		return statusDenial("field ownership (managedFields outside status)")
 	}
 	return Decision{Allowed: true, Reason: fkv1.AdmissionMetadataOnly}
 }
@@ -587,8 +592,9 @@ func statusDenial(what string) Decision {
 }
 
 // RestoreFencingMetadata returns obj with the lock label (present or
-// absent, with its value) and every fencekeeper.io/ annotation exactly as
-// old has them.
+// absent, with its value) and every annotation that is content
+// (contentAnnotation: the fencekeeper.io/ ones, last-applied-configuration,
+// ...) exactly as old has them.
 func RestoreFencingMetadata(old, obj *unstructured.Unstructured) *unstructured.Unstructured {
 	out := obj.DeepCopy()
 	labels := out.GetLabels()
@@ -603,12 +609,12 @@ func RestoreFencingMetadata(old, obj *unstructured.Unstructured) *unstructured.U
 	out.SetLabels(labels)
 	ann := map[string]string{}
 	for k, v := range out.GetAnnotations() {
-		if !strings.HasPrefix(k, fkv1.Prefix) {
+		if !contentAnnotation(k) {
 			ann[k] = v
 		}
 	}
 	for k, v := range old.GetAnnotations() {
-		if strings.HasPrefix(k, fkv1.Prefix) {
+		if contentAnnotation(k) {
 			ann[k] = v
 		}
 	}

@@ -312,6 +312,28 @@ func TestDecide(t *testing.T) {
 				write(stored("v12", "42", managed(updateBy("ancient-changes", `{"f:data":{"f:a":{},"f:b":{}}}`), updateBy("gc", `{"f:metadata":{"f:ownerReferences":{}}}`))), "v12", "-")),
 			lock: heldBy42, allow: true, reason: fkv1.AdmissionMetadataOnly},
 
+		{name: "managedFields: another manager co-owns fence-policy (the holder's apply that drops it would not remove it)",
+			req: update(stored("v12", "42", monotonic, managed(applyBy("w2", `{"f:data":{"f:a":{}},"f:metadata":{"f:annotations":{"f:fencekeeper.io/fence-policy":{}}}}`))),
+				write(stored("v12", "42", monotonic, managed(applyBy("w2", `{"f:data":{"f:a":{}},"f:metadata":{"f:annotations":{"f:fencekeeper.io/fence-policy":{}}}}`),
+					applyBy("mallory", `{"f:metadata":{"f:annotations":{"f:fencekeeper.io/fence-policy":{}}}}`))), "v12", "-")),
+			lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
+		{name: "managedFields: the holder's ownership of an owner the object keeps is taken away",
+			req: update(stored("v12", "42", ownedBy("a"), managed(applyBy("w2", `{"f:metadata":{"f:ownerReferences":{"k:{\"uid\":\"a\"}":{}}}}`))),
+				write(stored("v12", "42", ownedBy("a"), managed(updateBy("mallory", `{"f:metadata":{"f:ownerReferences":{"k:{\"uid\":\"a\"}":{}}}}`))), "v12", "-")),
+			lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
+		{name: "managedFields: the garbage collector removes an owner, and its ownership with it",
+			req: update(stored("v12", "42", ownedBy("a"), managed(applyBy("w2", `{"f:data":{"f:a":{}},"f:metadata":{"f:ownerReferences":{"k:{\"uid\":\"a\"}":{}}}}`))),
+				write(stored("v12", "42", managed(applyBy("w2", `{"f:data":{"f:a":{}}}`))), "v12", "-", func(u *unstructured.Unstructured) { u.SetOwnerReferences(nil) })),
+			lock: heldBy42, allow: true, reason: fkv1.AdmissionMetadataOnly},
+		{name: "managedFields: the holder's apply entry relabelled to another API version",
+			req: update(stored("v12", "42", managed(applyBy("w2", `{"f:data":{"f:a":{}}}`))),
+				write(stored("v12", "42", managed(func() metav1.ManagedFieldsEntry {
+					e := applyBy("w2", `{"f:data":{"f:a":{}}}`)
+					e.APIVersion = "v2"
+					return e
+				}())), "v12", "-")),
+			lock: heldBy42, reason: fkv1.AdmissionMissingEpoch},
+
 		// Rule 8: metadata-only maintenance.
 		{name: "finalizer removed", req: update(stored("v10", "40", func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"example.com/x"}) }), at40.DeepCopy()),
 			lock: heldBy42, allow: true, reason: fkv1.AdmissionMetadataOnly},

@@ -48,6 +48,19 @@ func TestStatusWrite(t *testing.T) {
 		{"identity opt-out added", obj("r", with(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)), false},
 		{"token added", obj("r", with(fkv1.AnnotationEpoch, "43")), false},
 		{"an owner added", owned(obj("r", base)), false},
+		// Built-in kinds keep annotations sent to status: what the holder's
+		// next kubectl apply prunes by is content.
+		{"last-applied-configuration rewritten", obj("r", with(lastApplied, `{"data":{}}`)), false},
+		{"a data field's owner moved (a custom resource keeps managedFields outside spec)", func() *unstructured.Unstructured {
+			u := obj("r", base)
+			u.SetManagedFields([]metav1.ManagedFieldsEntry{applyBy("mallory", `{"f:data":{"f:x":{}}}`)})
+			return u
+		}(), false},
+		{"a status field's owner moved", func() *unstructured.Unstructured {
+			u := obj("r", base)
+			u.SetManagedFields([]metav1.ManagedFieldsEntry{applyBy("mallory", `{"f:status":{"f:x":{}}}`)})
+			return u
+		}(), true},
 		// Left out by the client: put back, not refused.
 		{"watermark left out", obj("r", with(fkv1.AnnotationFencedEpoch, "")), true},
 		{"no annotations sent", noAnnotations, true},
