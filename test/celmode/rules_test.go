@@ -705,6 +705,7 @@ func TestCELMode(t *testing.T) {
 			t.Run("current after a handoff", func(t *testing.T) { currentAfterHandoff(t, b) })
 			t.Run("scale subresource", func(t *testing.T) { scaleFenced(t, b) })
 			t.Run("the holder's apply prunes only what the holder applied", func(t *testing.T) { applyInputs(t, b) })
+			t.Run("an apply to /scale that keeps the count takes ownership of the replicas", func(t *testing.T) { scaleOwnership(t, b) })
 			t.Run("status subresource", func(t *testing.T) { statusWrites(t, b) })
 			t.Run("a write through another version of the kind", func(t *testing.T) { otherVersions(t, b) })
 			if mode == modeWebhook {
@@ -971,6 +972,41 @@ func applyInputs(t *testing.T, b *bed) {
 	}
 }
 
+// scaleOwnership: another identity's server-side apply to a Deployment's
+// /scale that repeats the current count changes no replicas, but it makes
+// that manager an owner of the Deployment's spec.replicas, so the holder's
+// next apply conflicts on it (or, dropping replicas, no longer resets it).
+// Presenting nothing, it is refused in both modes (the scale webhook) and
+// the Deployment's managedFields stay as they were.
+func scaleOwnership(t *testing.T, b *bed) {
+	ctx := context.Background()
+	s, w1 := b.held(t)
+	labels := map[string]string{"app": "scaled"}
+	body := fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"scaled","namespace":%q,"labels":{%q:%q},"annotations":{%q:%q}},`+
+		`"spec":{"replicas":3,"selector":{"matchLabels":{"app":"scaled"}},"template":{"metadata":{"labels":{"app":"scaled"}},"spec":{"containers":[{"name":"c","image":"report:1"}]}}}}`,
+		s.ns, fkv1.LabelLock, lockName, fkv1.AnnotationEpoch, fkv1.FormatEpoch(w1.Status.Epoch))
+	ref := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "scaled", Labels: labels}}
+	s.must(b.admin.Patch(ctx, ref, client.RawPatch(types.ApplyPatchType, []byte(body)), client.FieldOwner("w1")))
+	managed := func() string {
+		var d appsv1.Deployment
+		s.must(b.admin.Get(ctx, client.ObjectKeyFromObject(ref), &d))
+		var out []string
+		for _, e := range d.ManagedFields {
+			out = append(out, e.Manager+"/"+string(e.Operation)+"/"+e.Subresource)
+		}
+		return strings.Join(out, ",")
+	}
+	before := managed()
+	scale := `{"apiVersion":"autoscaling/v1","kind":"Scale","metadata":{"name":"scaled","namespace":"` + s.ns + `"},"spec":{"replicas":3}}`
+	err := b.mallory.SubResource("scale").Patch(ctx, ref, client.RawPatch(types.ApplyPatchType, []byte(scale)), client.FieldOwner("mallory"))
+	if got := reasonOf(err); got != fkv1.AdmissionMissingEpoch {
+		t.Fatalf("an apply to /scale repeating the count, presenting nothing: got %q (%v), want %q", got, err, fkv1.AdmissionMissingEpoch)
+	}
+	if after := managed(); after != before {
+		t.Fatalf("the refused apply changed the Deployment's field managers: %s -> %s", before, after)
+	}
+}
+
 // otherVersions: HorizontalPodAutoscalers are guarded as
 // "horizontalpodautoscalers.autoscaling/v1", yet a write through
 // autoscaling/v2 is fenced as well. Were only v1 matched, the apiserver
@@ -1081,6 +1117,8 @@ func statusWrites(t *testing.T, b *bed) {
 			body: `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"ghost","uid":"6a1b0c9e-0000-4000-8000-000000000001"}]}}`},
 		{name: "open it to any identity with a server-side apply",
 			body: fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"report","namespace":%q,"annotations":{%q:"any"}}}`, ns, fkv1.AnnotationFenceIdentity)},
+		{name: "rewrite what the holder's next kubectl apply prunes by",
+			body: `{"metadata":{"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"spec\":{}}"}}}`},
 		{name: "remove the watermark", body: fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, fkv1.AnnotationFencedEpoch), leftOut: true},
 	} {
 		before := stored()
