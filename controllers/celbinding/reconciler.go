@@ -6,20 +6,25 @@
 // does anywhere in the cluster.
 //
 // The validating bindings are created first and the mutating one only once
-// they are in force on every apiserver (celmode.LoadDelay), and
-// removed in the opposite order: a mutating binding alone would consume
-// tokens that nothing checks. Until both are in force, presented epochs of
-// the lock are refused (nothing consumes them), so a new lock name's first
-// writes wait a few seconds.
+// every apiserver instance (each endpoint of the kubernetes Service) proves
+// the fencing binding in force by refusing a dry-run write as it must
+// (celmode.EnsureBindings); removal goes the other way (celmode.
+// RemoveBindings). A mutating binding alone would consume tokens that
+// nothing checks. No step here compares clocks: until the proof comes, the
+// lock is reconciled again after a short, growing delay, and presented
+// epochs of the lock are refused (nothing consumes them), so a new lock
+// name's first writes wait about a second.
 package celbinding
 
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,30 +39,103 @@ import (
 )
 
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingadmissionpolicies;validatingadmissionpolicies;mutatingadmissionpolicybindings;validatingadmissionpolicybindings,verbs=get;list;watch;create;update;patch;delete
+// The proofs: the apiserver instances, from the kubernetes Service's
+// EndpointSlices, and a dry-run ConfigMap create sent to each (RBAC cannot
+// tell a dry run from a write; the manager may already write admission
+// policies, which is more).
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=create
+
+// Retry delays while a proof is pending: first, then doubling up to the cap.
+const (
+	retryFirst = 200 * time.Millisecond
+	retryCap   = 5 * time.Second
+	// pendingReport: a proof pending longer than this is logged as an
+	// error (shorter ones at V(1): the first tries normally fail while the
+	// apiservers load the binding).
+	pendingReport = 15 * time.Second
+)
 
 // Reconciler reconciles one lock name (the request's Name; no namespace).
 type Reconciler struct {
 	client client.Client
+	live   client.Reader
+	prover celmode.Prover
+	// clock measures how long a proof has been pending, for the log and
+	// nothing else: no binding step waits for a time.
+	clock clock.PassiveClock
+
+	mu      sync.Mutex
+	pending map[string]pendingProof
 }
 
+type pendingProof struct {
+	since time.Time
+	tries int
+}
+
+// Option configures the Reconciler.
+type Option func(*Reconciler)
+
+// WithClock sets the clock (default: the real one).
+func WithClock(c clock.PassiveClock) Option { return func(r *Reconciler) { r.clock = c } }
+
+// WithProver sets the Prover (default: celmode.NewProver on the manager's
+// rest.Config and API reader, set up in SetupWithManager).
+func WithProver(p celmode.Prover) Option { return func(r *Reconciler) { r.prover = p } }
+
 // NewReconciler returns the binding reconciler.
-func NewReconciler(c client.Client) *Reconciler { return &Reconciler{client: c} }
+func NewReconciler(c client.Client, opts ...Option) *Reconciler {
+	r := &Reconciler{client: c, clock: clock.RealClock{}, pending: map[string]pendingProof{}}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
 
 // Reconcile creates or repairs the lock's bindings while a claim or a
-// managed Lease names it, and removes them otherwise.
+// managed Lease names it, and removes them otherwise. A step waiting for
+// proof is retried with RequeueAfter.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	lock := req.Name
 	needed, err := r.needed(ctx, lock)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	var wait time.Duration
 	if needed {
-		wait, err = celmode.EnsureBindings(ctx, r.client, lock, time.Now())
+		err = celmode.EnsureBindings(ctx, r.client, r.prover, lock)
 	} else {
-		wait, err = celmode.RemoveBindings(ctx, r.client, lock)
+		err = celmode.RemoveBindings(ctx, r.client, r.live, r.prover, lock)
 	}
-	return ctrl.Result{RequeueAfter: wait}, err
+	if celmode.IsPending(err) {
+		return ctrl.Result{RequeueAfter: r.retry(ctx, lock, err)}, nil
+	}
+	r.mu.Lock()
+	delete(r.pending, lock)
+	r.mu.Unlock()
+	return ctrl.Result{}, err
+}
+
+// retry records another pending try for lock and returns the delay.
+func (r *Reconciler) retry(ctx context.Context, lock string, err error) time.Duration {
+	now := r.clock.Now()
+	r.mu.Lock()
+	p, ok := r.pending[lock]
+	if !ok {
+		p.since = now
+	}
+	p.tries++
+	r.pending[lock] = p
+	r.mu.Unlock()
+	delay := retryFirst << min(p.tries-1, 5)
+	delay = min(delay, retryCap)
+	log := ctrl.LoggerFrom(ctx)
+	if waited := now.Sub(p.since); waited >= pendingReport {
+		log.Error(err, "a binding step of the lock still waits for proof (a new lock: its presented epochs are refused meanwhile)", "lock", lock, "pendingFor", waited.Round(time.Second), "tries", p.tries)
+	} else {
+		log.V(1).Info("lock binding waits for proof", "lock", lock, "tries", p.tries, "reason", err.Error())
+	}
+	return delay
 }
 
 func (r *Reconciler) needed(ctx context.Context, lock string) (bool, error) {
@@ -79,6 +157,10 @@ func (r *Reconciler) needed(ctx context.Context, lock string) (bool, error) {
 // themselves (a binding someone deleted or edited is put back). The claim
 // index (fkv1.IndexLockName) is registered by the lock authority.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	r.live = mgr.GetAPIReader()
+	if r.prover == nil {
+		r.prover = celmode.NewProver(mgr.GetConfig(), r.live)
+	}
 	byLock := func(lock func(client.Object) string) handler.EventHandler {
 		return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			if l := lock(o); l != "" {

@@ -109,14 +109,16 @@ func (b *bed) bindingsSettle() {
 	if first.ResourceVersion != later.ResourceVersion {
 		b.t.Fatalf("the manager keeps rewriting binding %s (resourceVersion %s -> %s within a second)", key.Name, first.ResourceVersion, later.ResourceVersion)
 	}
-	// The mutating binding comes only once the validating one is in force:
-	// alone, it would consume tokens nothing checks.
+	// The mutating binding comes only once every apiserver proved the
+	// validating one in force (alone, it would consume tokens nothing
+	// checks); it records which validating binding was proven
+	// (controllers/celbinding tests the ordering itself).
 	var m admissionregistrationv1.MutatingAdmissionPolicyBinding
 	if err := b.admin.Get(ctx, key, &m); err != nil {
 		b.t.Fatal(err)
 	}
-	if gap := m.CreationTimestamp.Sub(first.CreationTimestamp.Time); gap < celmode.LoadDelay {
-		b.t.Fatalf("the mutating binding was created %v after the validating one, want at least %v", gap, celmode.LoadDelay)
+	if got := m.Annotations[celmode.ProvenAnnotation]; got != string(first.UID) {
+		b.t.Fatalf("the mutating binding records proof for validating binding uid %q, want %q", got, first.UID)
 	}
 }
 

@@ -6,6 +6,7 @@ package envtestutil
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -42,11 +43,46 @@ func New() (*envtest.Environment, error) {
 			return nil, fmt.Errorf("%s not found in %s: run 'make tools' (builds it from the Go module proxy)", b, dir)
 		}
 	}
-	return &envtest.Environment{
+	env := &envtest.Environment{
 		BinaryAssetsDirectory: dir,
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
-	}, nil
+	}
+	// The kubernetes Service lists the apiserver, as in a cluster: CEL mode
+	// sends its proofs to each instance the Service's EndpointSlice lists.
+	// envtest's apiserver would advertise 127.0.0.1, which an EndpointSlice
+	// refuses (loopback), so it would list none: advertise this host's
+	// first non-loopback address and listen there too (clients keep using
+	// 127.0.0.1, which the serving certificate names).
+	if ip := AdvertiseAddress(); ip != "" {
+		env.ControlPlane.GetAPIServer().Configure().Set("advertise-address", ip).Set("bind-address", "0.0.0.0")
+	}
+	return env, nil
+}
+
+// AdvertiseAddress is the first global unicast IPv4 address of an
+// interface that is up ("" if there is none): an address an EndpointSlice
+// accepts that reaches this host.
+func AdvertiseAddress() string {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return ""
+	}
+	for _, iface := range ifaces {
+		if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := iface.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
+				return ipn.IP.String()
+			}
+		}
+	}
+	return ""
 }
 
 var nsCounter atomic.Int64

@@ -8,6 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
 // applyInputs is what of an object's managedFields decides what a
@@ -111,15 +113,15 @@ func contentPaths(f *metav1.FieldsV1, kept map[types.UID]bool) map[string]bool {
 }
 
 // metadataPaths adds the metadata that is content: the annotations
-// contentAnnotation names (but last-applied-configuration, which kubectl's
-// own bookkeeping co-owns; its value is content all the same), and the
+// contentAnnotation names (but bookkeptAnnotation; their values are judged
+// as content all the same), and the
 // owners that stay (who owns one decides whether the holder's apply that
 // drops it removes it; an owner added or removed is judged by addsOwner).
 func metadataPaths(meta any, kept map[types.UID]bool, out map[string]bool) {
 	m, _ := meta.(map[string]any)
 	if a, ok := m["f:annotations"].(map[string]any); ok {
 		for k, v := range a {
-			if name := strings.TrimPrefix(k, "f:"); contentAnnotation(name) && name != lastApplied {
+			if name := strings.TrimPrefix(k, "f:"); contentAnnotation(name) && !bookkeptAnnotation[name] {
 				leaves("f:metadata\x00f:annotations\x00"+k, v, out)
 			}
 		}
@@ -133,6 +135,11 @@ func metadataPaths(meta any, kept map[types.UID]bool, out map[string]bool) {
 		}
 	}
 }
+
+// bookkeptAnnotation are content annotations whose ownership steers no
+// apply: kubectl's own step co-owns last-applied-configuration, the token
+// is never stored, and the watermark is admission's.
+var bookkeptAnnotation = map[string]bool{lastApplied: true, fkv1.AnnotationEpoch: true, fkv1.AnnotationFencedEpoch: true}
 
 func leaves(path string, node any, out map[string]bool) {
 	children, ok := node.(map[string]any)
