@@ -94,7 +94,7 @@ func (g *gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	presentIn(obj, t.Epoch)
+	lease.PresentIn(obj, t.Epoch)
 	if body, err = json.Marshal(obj); err != nil {
 		cancel()
 		return nil, err
@@ -178,27 +178,12 @@ func presentJSON(data []byte, epoch int64) []byte {
 	if lease.DecodeJSON(data, &obj) != nil || obj == nil {
 		return data
 	}
-	presentIn(obj, epoch)
+	lease.PresentIn(obj, epoch)
 	out, err := json.Marshal(obj)
 	if err != nil {
 		return data
 	}
 	return out
-}
-
-// presentIn sets the epoch token in a decoded object's annotations.
-func presentIn(obj map[string]any, epoch int64) {
-	meta, _ := obj["metadata"].(map[string]any)
-	if meta == nil {
-		meta = map[string]any{}
-		obj["metadata"] = meta
-	}
-	ann, _ := meta["annotations"].(map[string]any)
-	if ann == nil {
-		ann = map[string]any{}
-		meta["annotations"] = ann
-	}
-	ann[fkv1.AnnotationEpoch] = fkv1.FormatEpoch(epoch)
 }
 
 // requestScope is the namespace of a namespaced resource path

@@ -426,6 +426,22 @@ func (l *Lease) Patch(ctx context.Context, c client.Client, obj client.Object, p
 	return Fenced(c.Patch(ctx, obj, presenting{Patch: patch, epoch: l.Epoch}, opts...))
 }
 
+// PresentIn sets the epoch token in the annotations of a decoded object or
+// merge patch.
+func PresentIn(obj map[string]any, epoch int64) {
+	meta, _ := obj["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		obj["metadata"] = meta
+	}
+	ann, _ := meta["annotations"].(map[string]any)
+	if ann == nil {
+		ann = map[string]any{}
+		meta["annotations"] = ann
+	}
+	ann[fkv1.AnnotationEpoch] = fkv1.FormatEpoch(epoch)
+}
+
 // presenting adds the epoch token to whatever patch it wraps.
 type presenting struct {
 	client.Patch
@@ -447,17 +463,7 @@ func (p presenting) Data(obj client.Object) ([]byte, error) {
 		if m == nil {
 			m = map[string]any{}
 		}
-		meta, _ := m["metadata"].(map[string]any)
-		if meta == nil {
-			meta = map[string]any{}
-			m["metadata"] = meta
-		}
-		ann, _ := meta["annotations"].(map[string]any)
-		if ann == nil {
-			ann = map[string]any{}
-			meta["annotations"] = ann
-		}
-		ann[fkv1.AnnotationEpoch] = token
+		PresentIn(m, p.epoch)
 		return json.Marshal(m)
 	case types.JSONPatchType:
 		var ops []map[string]any
