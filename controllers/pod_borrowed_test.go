@@ -5,8 +5,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -14,33 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
-	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
-
-// withClaimIdentity puts the claim-identity policy (config/policy) in effect
-// for the rest of the spec, naming this suite's own identity as the
-// manager's (the managers this suite starts run as it), and takes it away
-// at the end: its binding first, and the rest once claims record nobody
-// again, so that no later spec meets the policy without its parameter
-// (which refuses every claim).
-func withClaimIdentity() {
-	var self authenticationv1.SelfSubjectReview
-	ExpectWithOffset(1, k8s.Create(ctx, &self)).To(Succeed())
-	remove, err := envtestutil.InstallClaimIdentity(ctx, cfg, self.Status.UserInfo.Username)
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
-	DeferCleanup(func() {
-		binding := &admissionregistrationv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "fencekeeper-claim-identity"}}
-		Expect(client.IgnoreNotFound(k8s.Delete(ctx, binding))).To(Succeed())
-		Eventually(func() bool {
-			probe := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: envtestutil.ManagerNamespace, Name: "fencekeeper-unbound-probe"},
-				Spec: fkv1.FencedLeaseSpec{LockName: "probe", HolderIdentity: "probe"}}
-			err := k8s.Create(ctx, probe, client.DryRunAll)
-			_, recorded := probe.Annotations[fkv1.AnnotationCreatedBy]
-			return err == nil && !recorded
-		}, 30*time.Second, 50*time.Millisecond).Should(BeTrue(), "the claim-identity policy is still in effect after its binding was deleted")
-		Expect(remove(ctx)).To(Succeed())
-	})
-}
 
 var _ = Describe("A hand-made claim with a controller reference to a ready pod", func() {
 	// Rev. 3 §2: a claim is pod-held only when the pod bridge made it for
@@ -48,7 +20,6 @@ var _ = Describe("A hand-made claim with a controller reference to a ready pod",
 	// who created the claim, which the creator cannot choose; an
 	// ownerReference anyone may write.
 	It("borrows no liveness from the pod: it expires after its TTL with the pod still ready, while the bridge's own claim for that pod is kept", func() {
-		withClaimIdentity()
 		ns := newNamespace()
 		m := startManager(time.Second)
 		DeferCleanup(m.Stop)

@@ -275,12 +275,15 @@ var _ = Describe("Pod-held leases", func() {
 		Expect(list.Items).To(BeEmpty())
 	})
 
-	It("binds the claims it makes to their pod, also where the claim-identity policy is not in effect (this suite has none)", func() {
+	It("binds the claims it makes to their pod, also where the claim-identity policy is not in effect", func() {
 		// A claim that records no identity has every write presenting its
-		// epoch refused (rule 9, fail closed), so the bridge says whom its
-		// claims are for itself.
-		p := leasePod(ns, "bound-worker", "report", "", true)
-		Eventually(stateOf(ns, p.Name), 10*time.Second).Should(Equal("Held/1"))
+		// epoch refused (rule 9, fail closed) and is never granted, so the
+		// bridge says whom its claims are for itself.
+		var p *corev1.Pod
+		Expect(envtestutil.WithoutClaimIdentity(ctx, cfg, func() {
+			p = leasePod(ns, "bound-worker", "report", "", true)
+			Eventually(stateOf(ns, p.Name), 10*time.Second).Should(Equal("Held/1"))
+		})).To(Succeed())
 		var list fkv1.FencedLeaseList
 		Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
 		Expect(list.Items).To(HaveLen(1))
@@ -299,8 +302,8 @@ var _ = Describe("Pod-held leases", func() {
 					Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false)}}},
 			Spec: fkv1.FencedLeaseSpec{LockName: "report", HolderIdentity: p.Name, LeaseDurationSeconds: ptr.To(int32(30))},
 		}
-		Expect(k8s.Create(ctx, old)).To(Succeed())
-		Expect(old.Annotations).NotTo(HaveKey(fkv1.AnnotationCreatedBy), "this suite has no claim-identity policy")
+		Expect(envtestutil.WithoutClaimIdentity(ctx, cfg, func() { Expect(k8s.Create(ctx, old)).To(Succeed()) })).To(Succeed())
+		Expect(old.Annotations).NotTo(HaveKey(fkv1.AnnotationCreatedBy), "made while the claim-identity policy was not in effect")
 
 		Expect(k8s.Patch(ctx, p, client.RawPatch(types.MergePatchType,
 			[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"report"}}}`, fkv1.AnnotationLease))))).To(Succeed())

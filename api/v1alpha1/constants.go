@@ -31,6 +31,12 @@ const (
 	// ReasonEpochsExhausted: the lock issued the largest epoch there is
 	// (2^63-1) and never grants again; use another lock name.
 	ReasonEpochsExhausted = "EpochsExhausted"
+	// ReasonNoIdentity: the claim records no identity (RecordsNoIdentity: it
+	// was created while the claim-identity policy was not in effect). It is
+	// never granted (an epoch nobody may write with must not block a lock):
+	// it stays Pending, the lock goes to the next waiter, and a Warning
+	// Event says to delete and re-create it (rev. 3).
+	ReasonNoIdentity = "NoIdentity"
 )
 
 // Labels, annotations and finalizers of the backing Lease.

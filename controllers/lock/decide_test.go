@@ -2,6 +2,7 @@ package lock
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,12 +19,23 @@ import (
 
 var t0 = time.Date(2026, 7, 1, 9, 0, 0, 0, time.UTC)
 
+// claim is a claim created by user "user-<name>", as the claim-identity
+// policy records it (unbound strips that record).
 func claim(name string, created int, phase fkv1.FencedLeasePhase, epoch int64) *fkv1.FencedLease {
 	return &fkv1.FencedLease{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(created) * time.Second))},
-		Spec:       fkv1.FencedLeaseSpec{LockName: "report-2026-07", HolderIdentity: name, LeaseDurationSeconds: ptr.To(int32(30))},
-		Status:     fkv1.FencedLeaseStatus{Phase: phase, Epoch: epoch},
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(created) * time.Second)),
+			Annotations: map[string]string{fkv1.AnnotationCreatedBy: "user-" + name, fkv1.AnnotationCreatedByPodUID: ""}},
+		Spec:   fkv1.FencedLeaseSpec{LockName: "report-2026-07", HolderIdentity: name, LeaseDurationSeconds: ptr.To(int32(30))},
+		Status: fkv1.FencedLeaseStatus{Phase: phase, Epoch: epoch},
 	}
+}
+
+// unbound is c as created while the claim-identity policy was not in
+// effect: it records no identity (fkv1.RecordsNoIdentity).
+func unbound(c *fkv1.FencedLease) *fkv1.FencedLease {
+	c = c.DeepCopy()
+	c.Annotations = nil
+	return c
 }
 
 // madeByBridge is c as the pod bridge makes it for pod podUID: a controller
@@ -61,7 +73,6 @@ func TestDecide(t *testing.T) {
 	expiredW1 := claim("w1", 0, fkv1.PhaseExpired, 41)
 	withAnnotations := func(c *fkv1.FencedLease, kv ...string) *fkv1.FencedLease {
 		c = c.DeepCopy()
-		c.Annotations = map[string]string{}
 		for i := 0; i < len(kv); i += 2 {
 			c.Annotations[kv[i]] = kv[i+1]
 		}
@@ -109,6 +120,24 @@ func TestDecide(t *testing.T) {
 		{name: "a broken waiter is never granted: the next one is",
 			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{brokenW1, withAnnotations(w3, fkv1.AnnotationBreakReason, "x", fkv1.AnnotationBrokenBy, "alice"), w2}, renewSeenAt: t0, now: t0},
 			kind: actGrant, holder: "w2", epoch: 42, end: holderForced},
+		// A claim that records no identity (created while the
+		// claim-identity policy was not in effect) is never granted (rev.
+		// 3): it keeps its place, and the next waiter is granted.
+		{name: "an unbound head waiter is passed over: the bound one behind it is granted",
+			snap: snapshot{ledger: free(41), claims: []*fkv1.FencedLease{unbound(w3), w2}, now: t0},
+			kind: actGrant, holder: "w2", epoch: 42},
+		{name: "the holder ends with an unbound waiter ahead of a bound one: the bound one is granted",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1, unbound(w3), w2}, renewSeenAt: t0, now: t0.Add(30 * time.Second)},
+			kind: actGrant, holder: "w2", epoch: 42, end: holderExpired},
+		{name: "only unbound waiters: nobody is granted, the lock is freed",
+			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1, unbound(w3), unbound(w2)}, renewSeenAt: t0, now: t0.Add(30 * time.Second)},
+			kind: actFree, epoch: 41, end: holderExpired},
+		{name: "only an unbound waiter on a free lock: nobody is granted",
+			snap: snapshot{ledger: free(41), claims: []*fkv1.FencedLease{unbound(w2)}, now: t0},
+			kind: actKeep, epoch: 41},
+		{name: "a pod claim the bridge made (no user, its pod's UID) is bound: granted",
+			snap: snapshot{ledger: free(41), claims: []*fkv1.FencedLease{madeByBridge(w2, "p")}, waiterPods: map[types.UID]pods.Liveness{}, now: t0},
+			kind: actGrant, holder: "w2", epoch: 42},
 		{name: "a breaker without a reason is ignored",
 			snap: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{reasonlessBreakW1, w2}, renewSeenAt: t0, now: t0.Add(time.Second)},
 			kind: actKeep, holder: "w1", epoch: 41},
@@ -427,6 +456,46 @@ func TestHandMadeClaimBorrowsNoPodLiveness(t *testing.T) {
 				t.Fatalf("granted = %v (%v), want %v", got, a.kind, tc.granted)
 			}
 		})
+	}
+}
+
+// An unbound waiter passed over (decide) stays Pending with a condition
+// saying why and how to fix it, and its Warning Event is said once: when
+// the condition first says it, not at every reconcile.
+func TestDesiredStatusOfAnUnboundWaiter(t *testing.T) {
+	head := unbound(claim("w3", 3, "", 0))
+	after := held(42, "w2") // the bound waiter behind it was granted
+	lease := &coordinationv1.Lease{}
+	for _, in := range []statusInputs{{lease: lease, ledger: after}, {lease: lease, ledger: free(41)}, {foreign: "not ours", ledger: free(41)}} {
+		st, tr := desiredStatus(head, in)
+		cond := meta.FindStatusCondition(st.Conditions, fkv1.ConditionHeld)
+		if st.Phase != fkv1.PhasePending || st.Epoch != 0 || cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != fkv1.ReasonNoIdentity {
+			t.Fatalf("new unbound claim: got %s epoch %d %+v, want Pending with Held=False %s", st.Phase, st.Epoch, cond, fkv1.ReasonNoIdentity)
+		}
+		for _, want := range []string{"records no identity", "claim-identity policy was not in effect", "delete it and create it again"} {
+			if !strings.Contains(cond.Message, want) {
+				t.Fatalf("condition message %q does not say %q", cond.Message, want)
+			}
+		}
+		if tr != fkv1.ReasonNoIdentity {
+			t.Fatalf("first status of an unbound claim: transition %q, want %q (one Warning Event)", tr, fkv1.ReasonNoIdentity)
+		}
+		again := head.DeepCopy()
+		again.Status = st
+		st2, tr2 := desiredStatus(again, in)
+		if tr2 != "" || !statusEqual(st2, st) {
+			t.Fatalf("second reconcile: transition %q, status changed %v: want no write and no second Event", tr2, !statusEqual(st2, st))
+		}
+	}
+	// A claim queued before the rule (Pending, Queued) is told once too.
+	queued := unbound(claim("w3", 3, fkv1.PhasePending, 0))
+	queued.Status.Conditions = []metav1.Condition{{Type: fkv1.ConditionHeld, Status: metav1.ConditionFalse, Reason: fkv1.ReasonQueued}}
+	if _, tr := desiredStatus(queued, statusInputs{lease: lease, ledger: after}); tr != fkv1.ReasonNoIdentity {
+		t.Fatalf("queued unbound claim: transition %q, want %q", tr, fkv1.ReasonNoIdentity)
+	}
+	// The bound waiter is shown Held.
+	if st, _ := desiredStatus(claim("w2", 5, fkv1.PhasePending, 0), statusInputs{lease: lease, ledger: after}); st.Phase != fkv1.PhaseHeld {
+		t.Fatalf("bound waiter granted: phase %s, want Held", st.Phase)
 	}
 }
 

@@ -29,7 +29,9 @@ func (r *Reconciler) recordClaimTransition(ctx context.Context, c *fkv1.FencedLe
 	switch transition {
 	case fkv1.ReasonGranted:
 		if fkv1.RecordsNoIdentity(c) {
-			// Said at the grant, not only at the holder's first refused write.
+			// The authority grants no such claim (rev. 3: nextReadyWaiter);
+			// a Lease an older manager wrote may still name one. Said at
+			// the grant, not only at the holder's first refused write.
 			r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Grant",
 				"Granted epoch %d of lock %s to %s, but this claim records no identity (it was created while the claim-identity "+
 					"policy was not in effect): every write presenting the epoch will be refused (but to objects that accept it from any identity); "+
@@ -39,6 +41,9 @@ func (r *Reconciler) recordClaimTransition(ctx context.Context, c *fkv1.FencedLe
 		}
 		r.recorder.Eventf(c, related, corev1.EventTypeNormal, transition, "Grant",
 			"Granted epoch %d of lock %s to %s", c.Status.Epoch, c.Spec.LockName, c.Spec.HolderIdentity)
+	case fkv1.ReasonNoIdentity:
+		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Queue",
+			"%s", noIdentityMessage(c.Spec.LockName))
 	case fkv1.ReasonQueued:
 		r.recorder.Eventf(c, related, corev1.EventTypeNormal, transition, "Queue",
 			"Queued for lock %s", c.Spec.LockName)

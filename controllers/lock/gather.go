@@ -124,10 +124,14 @@ func renewalOf(lease *coordinationv1.Lease, holderUID types.UID, pod pods.Livene
 
 // waiterPods reads, from the pod cache, the liveness of the pods waiting pod
 // claims were made for, in queue order, up to the first waiter that could
-// be granted (so a long queue costs a read only for its head).
+// be granted (so a long queue costs a read only for its head). A claim that
+// records no identity is never granted (nextReadyWaiter): it is passed over.
 func (r *Reconciler) waiterPods(ctx context.Context, ns string, claims []*fkv1.FencedLease, led fkv1.Ledger) (map[types.UID]pods.Liveness, error) {
 	var out map[types.UID]pods.Liveness
 	for _, c := range waitingInOrder(claims, led) {
+		if fkv1.RecordsNoIdentity(c) {
+			continue
+		}
 		live, _, err := r.holderPod(ctx, ns, c, false)
 		if err != nil {
 			return nil, err

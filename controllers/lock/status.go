@@ -125,6 +125,16 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		st.Phase = fkv1.PhasePending
 		st.LeaseName = lockName
 		switch {
+		case fkv1.RecordsNoIdentity(c):
+			// Never granted (nextReadyWaiter), whatever else blocks the
+			// lock: say so once, with a Warning Event, when the condition
+			// first says it (the Event goes with the status write).
+			transition = ""
+			if cond := meta.FindStatusCondition(st.Conditions, fkv1.ConditionHeld); cond == nil || cond.Reason != fkv1.ReasonNoIdentity {
+				transition = fkv1.ReasonNoIdentity
+			}
+			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonNoIdentity, noIdentityMessage(lockName))
+			meta.RemoveStatusCondition(&st.Conditions, fkv1.ConditionLockConflict)
 		case in.foreign != "":
 			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonLockConflict, in.foreign)
 			setCondition(&st, fkv1.ConditionLockConflict, metav1.ConditionTrue, fkv1.ReasonLockConflict, in.foreign)
@@ -138,6 +148,14 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		}
 		return st, transition
 	}
+}
+
+// noIdentityMessage is the Held condition's message on a claim that records
+// no identity, which is never granted.
+func noIdentityMessage(lockName string) string {
+	return fmt.Sprintf("This claim records no identity (it was created while the claim-identity policy was not in effect): "+
+		"it will never be granted lock %s, since every write presenting its epoch would be refused, and the lock goes to the "+
+		"next waiter; delete it and create it again", lockName)
 }
 
 func setCondition(st *fkv1.FencedLeaseStatus, typ string, status metav1.ConditionStatus, reason, msg string) {

@@ -118,15 +118,15 @@ func (s *scen) handoff() {
 	s.b.settleGone(s.ns, lockName, s.e1)
 }
 
-// unboundHandoff: W1 releases, and "w-unbound", created as admin while the
-// claim-identity policy is not in effect (so it records no identity), holds
-// with e2. It waits until admission judges e2 the current epoch: a dry-run
-// create presenting it is no longer refused as never issued or not current
-// (it is then accepted or refused on identity; the case's write decides).
+// unboundHandoff: "w-unbound", created as admin while the claim-identity
+// policy is not in effect (so it records no identity), queues at the head,
+// W2 (bound) queues behind it, and W1 releases. A claim that records no
+// identity is never granted (docs/design.md §2, rev. 3): W2 holds with e2,
+// and w-unbound stays Pending with a condition saying why, and a Warning
+// Event. It waits until admission judges e2 the current epoch.
 func (s *scen) unboundHandoff() {
 	s.b.t.Helper()
 	ctx := context.Background()
-	s.b.release(s.w1)
 	w := &fkv1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "w-unbound"},
 		Spec:       fkv1.FencedLeaseSpec{LockName: lockName, HolderIdentity: "w-unbound", LeaseDurationSeconds: ptr.To(int32(3600))},
@@ -139,36 +139,48 @@ func (s *scen) unboundHandoff() {
 			s.b.t.Fatalf("the claim made without the claim-identity policy records %s=%q", k, v)
 		}
 	}
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		if err := s.b.admin.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil || w.Status.Phase != fkv1.PhaseHeld {
-			return false, nil
-		}
-		s.e2 = w.Status.Epoch
-		probe := configMap(s.ns, "unbound-probe", lockName, map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(s.e2)}, "probe")
-		last = s.b.admin.Create(ctx, probe, client.DryRunAll)
-		r := reasonOf(last)
-		return r == allowed || r == fkv1.AdmissionIdentityMismatch, nil
-	})
-	if err != nil {
-		s.b.t.Fatalf("claim w-unbound never held, or admission never took its epoch %d as current: %v", s.e2, last)
+	// Behind it in FIFO order (a tie in creationTimestamp goes by name, and
+	// "w-unbound" < "w2").
+	w2 := &fkv1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "w2"},
+		Spec:       fkv1.FencedLeaseSpec{LockName: lockName, HolderIdentity: "w2", LeaseDurationSeconds: ptr.To(int32(3600))},
 	}
-	// The grant says so at once, as a Warning on the claim.
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	s.must(s.b.admin.Create(ctx, w2))
+	s.b.release(s.w1)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return s.b.admin.Get(ctx, client.ObjectKeyFromObject(w2), w2) == nil && w2.Status.Phase == fkv1.PhaseHeld, nil
+	}); err != nil {
+		s.b.t.Fatalf("claim w2, queued behind a claim that records no identity, never held (phase %q)", w2.Status.Phase)
+	}
+	s.e2 = w2.Status.Epoch
+	s.b.settle(s.ns, lockName, s.e2)
+	s.must(s.b.admin.Get(ctx, client.ObjectKeyFromObject(w), w))
+	cond := apimeta.FindStatusCondition(w.Status.Conditions, fkv1.ConditionHeld)
+	if w.Status.Phase != fkv1.PhasePending || w.Status.Epoch != 0 || cond == nil || cond.Reason != fkv1.ReasonNoIdentity ||
+		!strings.Contains(cond.Message, "records no identity") {
+		s.b.t.Fatalf("claim w-unbound: phase %q, epoch %d, condition %+v; want Pending, no epoch, Held=False %s saying it records no identity",
+			w.Status.Phase, w.Status.Epoch, cond, fkv1.ReasonNoIdentity)
+	}
+	// A Warning Event on the claim says so; it was never granted.
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		var evs eventsv1.EventList
 		if err := s.b.admin.List(ctx, &evs, client.InNamespace(s.ns)); err != nil {
 			return false, nil
 		}
+		found := false
 		for _, e := range evs.Items {
-			if e.Regarding.Name == w.Name && e.Reason == fkv1.ReasonGranted && e.Type == corev1.EventTypeWarning &&
-				strings.Contains(e.Note, "records no identity") {
-				return true, nil
+			if e.Regarding.Name != w.Name {
+				continue
 			}
+			if e.Reason == fkv1.ReasonGranted {
+				return false, fmt.Errorf("claim w-unbound has a %s Event: %s", e.Reason, e.Note)
+			}
+			found = found || (e.Reason == fkv1.ReasonNoIdentity && e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, "records no identity"))
 		}
-		return false, nil
+		return found, nil
 	})
 	if err != nil {
-		s.b.t.Fatalf("no Warning Event on claim w-unbound says that it records no identity")
+		s.b.t.Fatalf("no Warning Event on claim w-unbound says that it records no identity (or it was granted): %v", err)
 	}
 	s.b.settleGone(s.ns, lockName, s.e1)
 }
@@ -607,35 +619,16 @@ func cases() []ruleCase {
 			write: func(s *scen) error { return s.update(s.b.admin, s.e1, data("W1 late")) }},
 		{name: "another identity presents the holder's epoch", want: fkv1.AdmissionIdentityMismatch,
 			write: func(s *scen) error { return s.update(s.b.mallory, s.e1, data("mallory")) }},
-		{name: "the holder's claim records no identity (made while the claim-identity policy was not in effect): its creator is refused",
-			want: fkv1.AdmissionIdentityMismatch, setup: func(s *scen) { s.unboundHandoff() },
-			write: func(s *scen) error { return s.update(s.b.admin, s.e2, data("unbound holder")) }},
-		{name: "the holder's claim records no identity: another identity is refused",
+		// A claim that records no identity (made while the claim-identity
+		// policy was not in effect) is never granted (rev. 3): the lock goes
+		// to the bound waiter behind it.
+		{name: "a claim that records no identity is never granted: the waiter behind it holds the next epoch and writes with it", watermark: e2,
+			setup: func(s *scen) { s.unboundHandoff() },
+			write: func(s *scen) error { return s.update(s.b.admin, s.e2, data("W2 past the unbound claim")) }},
+		{name: "a claim that records no identity is never granted: another identity presenting the next epoch is refused",
 			want: fkv1.AdmissionIdentityMismatch, setup: func(s *scen) { s.unboundHandoff() },
 			write: func(s *scen) error { return s.update(s.b.mallory, s.e2, data("mallory")) }},
-		{name: "the holder's claim records no identity: its creator's merge patch",
-			want: fkv1.AdmissionIdentityMismatch, setup: func(s *scen) { s.unboundHandoff() },
-			write: func(s *scen) error {
-				return s.patch(s.b.admin, types.MergePatchType, fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"data":{"report":"unbound"}}`,
-					fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e2)))
-			}},
-		{name: "the holder's claim records no identity: another identity's JSON patch",
-			want: fkv1.AdmissionIdentityMismatch, setup: func(s *scen) { s.unboundHandoff() },
-			write: func(s *scen) error {
-				return s.patch(s.b.mallory, types.JSONPatchType, fmt.Sprintf(`[{"op":"add","path":"/metadata/annotations/fencekeeper.io~1epoch","value":%q},`+
-					`{"op":"replace","path":"/data/report","value":"mallory"}]`, fkv1.FormatEpoch(s.e2)))
-			}},
-		{name: "the holder's claim records no identity: its creator's server-side apply",
-			want: fkv1.AdmissionIdentityMismatch, setup: func(s *scen) { s.unboundHandoff() },
-			write: func(s *scen) error {
-				return s.apply("w-unbound", fmt.Sprintf(`,"annotations":{%q:%q}`, fkv1.AnnotationEpoch, fkv1.FormatEpoch(s.e2)), "unbound")
-			}},
-		{name: "the holder's claim records no identity: its creator creates an object presenting its epoch", noObject: true,
-			want: fkv1.AdmissionIdentityMismatch, setup: func(s *scen) { s.unboundHandoff() },
-			write: func(s *scen) error {
-				return s.b.admin.Create(context.Background(), configMap(s.ns, "report", lockName, map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(s.e2)}, "unbound"))
-			}},
-		{name: "the holder's claim records no identity, on an object open to any identity", watermark: e2,
+		{name: "a claim that records no identity is never granted: on an object open to any identity, another identity presents the next epoch", watermark: e2,
 			setup: func(s *scen) {
 				s.must(s.update(s.b.admin, s.e1, annotate(fkv1.AnnotationFenceIdentity, fkv1.FenceIdentityAny)))
 				s.unboundHandoff()

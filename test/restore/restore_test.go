@@ -23,6 +23,7 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -70,6 +71,17 @@ func restoreAndGrant(t *testing.T, bump bool) (int64, int64) {
 	})
 	c, err := client.New(cfg, client.Options{Scheme: envtestutil.Scheme()})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The claim-identity policy is in effect, as wherever fencekeeper is
+	// installed (a claim that records no identity is never granted); the
+	// manager runs as the admin identity, which its parameter names. The
+	// snapshot keeps it.
+	var self authenticationv1.SelfSubjectReview
+	if err := c.Create(ctx, &self); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := envtestutil.InstallClaimIdentity(ctx, cfg, self.Status.UserInfo.Username); err != nil {
 		t.Fatal(err)
 	}
 	mgr, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{})
@@ -151,6 +163,10 @@ func restoreAndGrant(t *testing.T, bump bool) (int64, int64) {
 		t.Fatalf("%v\nkube-apiserver's log:\n%s", err, tail(filepath.Join(dir, "kube-apiserver.log")))
 	}
 
+	// The restarted apiserver loads the restored policy from etcd.
+	if err := envtestutil.WaitForClaimIdentity(ctx, c); err != nil {
+		t.Fatal(err)
+	}
 	mgr2, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{})
 	if err != nil {
 		t.Fatal(err)
