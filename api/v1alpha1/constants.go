@@ -35,7 +35,7 @@ const (
 	// was created while the claim-identity policy was not in effect). It is
 	// never granted (an epoch nobody may write with must not block a lock):
 	// it stays Pending, the lock goes to the next waiter, and a Warning
-	// Event says to delete and re-create it (rev. 3).
+	// Event says to delete and re-create it.
 	ReasonNoIdentity = "NoIdentity"
 )
 

@@ -315,7 +315,7 @@ func grantable(c *fkv1.FencedLease, l fkv1.Ledger) bool {
 // nextReadyWaiter is the first waiter in FIFO order that can hold the lock
 // now: a pod claim whose pod is not ready (still pulling its image, say)
 // keeps its place and is passed over, and so is a claim that records no
-// identity (fkv1.RecordsNoIdentity), which is never granted (rev. 3): every
+// identity (fkv1.RecordsNoIdentity), which is never granted: every
 // write presenting its epoch would be refused, and an epoch nobody may
 // write with must not block the lock.
 func nextReadyWaiter(claims []*fkv1.FencedLease, l fkv1.Ledger, waiterPods map[types.UID]pods.Liveness) *fkv1.FencedLease {

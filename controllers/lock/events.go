@@ -29,7 +29,7 @@ func (r *Reconciler) recordClaimTransition(ctx context.Context, c *fkv1.FencedLe
 	switch transition {
 	case fkv1.ReasonGranted:
 		if fkv1.RecordsNoIdentity(c) {
-			// The authority grants no such claim (rev. 3: nextReadyWaiter);
+			// The authority grants no such claim (nextReadyWaiter);
 			// a Lease an older manager wrote may still name one. Said at
 			// the grant, not only at the holder's first refused write.
 			r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Grant",

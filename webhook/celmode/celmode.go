@@ -332,8 +332,7 @@ func copySpec(from, to client.Object) error {
 // its informer delivers the change), for people and tests that wait for a
 // change they cannot probe. Nothing in this package orders on it: a step
 // that must wait for the apiserver to load a binding waits for proof from
-// every apiserver instance (Prover), never for a time (docs/design.md §3,
-// rev. 3).
+// every apiserver instance (Prover), never for a time (docs/design.md §3).
 const LoadDelay = 3 * time.Second
 
 // ProvenAnnotation, on a lock's mutating binding, is the UID of the fencing
