@@ -1,6 +1,8 @@
 package lock
 
 import (
+	"slices"
+
 	"k8s.io/apimachinery/pkg/types"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -23,7 +25,10 @@ func queueFull(claims []*fkv1.FencedLease, l fkv1.Ledger, max int) map[types.UID
 	if max <= 0 || len(claims) <= max {
 		return nil // no limit, or fewer claims than places: nothing to sort
 	}
-	waiting := waitingInOrder(claims, l)
+	// A claim that records no identity is never granted, so it takes no
+	// place: left behind from before the claim-identity policy, it must not
+	// fill the queue for good.
+	waiting := slices.DeleteFunc(waitingInOrder(claims, l), fkv1.RecordsNoIdentity)
 	free := max
 	for _, c := range waiting {
 		if c.Status.Phase != "" {

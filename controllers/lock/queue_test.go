@@ -33,6 +33,7 @@ func TestQueueFull(t *testing.T) {
 		{"queued claims count first even when a new one sorts before them", []*fkv1.FencedLease{holder, queued("w1", 5), queued("w2", 5), fresh("a-new", 5)}, 2, []string{"a-new"}},
 		{"a pod's claim takes a place but is never turned away", []*fkv1.FencedLease{holder, queued("w1", 1), podClaim, fresh("w3", 10)}, 2, []string{"w3"}},
 		{"a hand-made claim with a controller reference to a pod is turned away like any", []*fkv1.FencedLease{holder, queued("w1", 1), queued("w2", 2), handMade}, 2, []string{"hand-w"}},
+		{"claims that record no identity (never granted) take no place", []*fkv1.FencedLease{holder, unbound(queued("u1", 1)), unbound(queued("u2", 2)), unbound(queued("u3", 3)), queued("w1", 4), fresh("w2", 5)}, 2, nil},
 		{"no limit", []*fkv1.FencedLease{holder, queued("w1", 1), fresh("w2", 2), fresh("w3", 3)}, 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
