@@ -10,6 +10,7 @@ RUN go mod download
 COPY api/ api/
 COPY cmd/ cmd/
 COPY controllers/ controllers/
+COPY internal/ internal/
 COPY pkg/ pkg/
 COPY webhook/ webhook/
 RUN CGO_ENABLED=0 go build ${GO_BUILD_FLAGS} -o /out/manager ./cmd/manager

@@ -54,7 +54,7 @@ controller-gen:
 
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRD, RBAC, webhook configuration, chart files and docs/manager-flags.md.
-	$(CONTROLLER_GEN) rbac:roleName=fencekeeper-manager crd paths="./api/..." paths="./controllers/..." \
+	$(CONTROLLER_GEN) rbac:roleName=fencekeeper-manager crd paths="./api/..." paths="./controllers/..." paths="./internal/manager/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	$(GO) run ./hack/gen-webhook --out config/webhook/manifests.yaml
 	hack/sync-chart.sh

@@ -25,7 +25,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/fencekeeper/fencekeeper/controllers"
+	"github.com/fencekeeper/fencekeeper/controllers/lock"
+	"github.com/fencekeeper/fencekeeper/internal/manager"
 	fencewebhook "github.com/fencekeeper/fencekeeper/webhook"
 )
 
@@ -67,9 +68,9 @@ func main() {
 		"How long the leader keeps trying to renew before it gives up its term; it also vouches for its cache only within this long of its last renewal. Must be less than the lease duration.")
 	flag.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second,
 		"How often the leader renews, and a standby tries to take over. Must be less than the renew deadline.")
-	flag.IntVar(&concurrency, "lock-concurrency", controllers.DefaultConcurrency, "Locks reconciled in parallel.")
+	flag.IntVar(&concurrency, "lock-concurrency", manager.DefaultConcurrency, "Locks reconciled in parallel.")
 	flag.BoolVar(&enableWebhook, "enable-fencing-webhook", true, "Serve the fencing admission webhook (in --fencing-mode=cel it answers only for the scale subresource).")
-	flag.StringVar(&fencingMode, "fencing-mode", envOr("FENCING_MODE", controllers.FencingModeWebhook),
+	flag.StringVar(&fencingMode, "fencing-mode", envOr("FENCING_MODE", manager.FencingModeWebhook),
 		"How fenced writes are checked: \"webhook\" (the fencing admission webhook) or \"cel\" (admission policies inside the apiserver, which the manager applies and binds per lock, plus the webhook for the scale subresource; default $FENCING_MODE or webhook).")
 	flag.StringVar(&guarded, "guarded-resources", "configmaps",
 		"Comma-separated kinds the CEL-mode policies guard, RESOURCE[.GROUP], every version of each (--fencing-mode=cel; in webhook mode the webhook configuration lists them).")
@@ -107,7 +108,7 @@ func main() {
 		os.Exit(1)
 	}
 	if leaderElect {
-		if err := controllers.ValidateLeaderElection(leaseDuration, renewDeadline, retryPeriod); err != nil {
+		if err := manager.ValidateLeaderElection(leaseDuration, renewDeadline, retryPeriod); err != nil {
 			log.Error(err, "invalid leader-election timing")
 			os.Exit(1)
 		}
@@ -115,11 +116,11 @@ func main() {
 	if maxWaiters == 0 {
 		maxWaiters = -1 // Setup's "no limit"
 	}
-	wiring := controllers.Options{Concurrency: concurrency, Webhook: enableWebhook, ExpiredClaimRetention: expiredRetention, MaxWaitersPerLock: maxWaiters,
-		FencingMode: fencingMode, SingleAuthority: leaderElect || singleAuthority}
+	wiring := manager.Options{Concurrency: concurrency, Webhook: enableWebhook, ExpiredClaimRetention: expiredRetention, MaxWaitersPerLock: maxWaiters,
+		FencingMode: fencingMode, SingleAuthority: leaderElect || singleAuthority, Relists: lock.NewRelists()}
 	switch fencingMode {
-	case controllers.FencingModeWebhook:
-	case controllers.FencingModeCEL:
+	case manager.FencingModeWebhook:
+	case manager.FencingModeCEL:
 		var err error
 		if wiring.Guarded, err = fencewebhook.ParseGuardedResources(splitList(guarded)); err != nil {
 			log.Error(err, "invalid --guarded-resources")
@@ -143,7 +144,7 @@ func main() {
 		webhookCertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
 	}
 	certs.certDir = webhookCertDir
-	cacheOpts := controllers.CacheOptions()
+	cacheOpts := manager.CacheOptions(wiring.Relists)
 	cacheOpts.SyncPeriod = &syncPeriod
 	if certs.enabled {
 		// The rotator reads its Secret through the cache: watch only that one.
@@ -153,7 +154,7 @@ func main() {
 		}
 	}
 	mopts := ctrl.Options{
-		Scheme:                 controllers.Scheme(),
+		Scheme:                 manager.Scheme(),
 		Cache:                  cacheOpts,
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
@@ -170,7 +171,7 @@ func main() {
 		mopts.LeaderElection, mopts.LeaderElectionResourceLockInterface = true, leadership
 		// The lock above is the one used; the ID still names the elector
 		// (its metrics).
-		mopts.LeaderElectionID, mopts.LeaderElectionNamespace = controllers.LeaderElectionID, leaderElectNamespace
+		mopts.LeaderElectionID, mopts.LeaderElectionNamespace = manager.LeaderElectionID, leaderElectNamespace
 		mopts.LeaseDuration, mopts.RenewDeadline, mopts.RetryPeriod = &leaseDuration, &renewDeadline, &retryPeriod
 		// Losing leadership ends the process; a new term starts clean.
 		mopts.LeaderElectionReleaseOnCancel = true
@@ -197,7 +198,7 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	if err := controllers.Setup(ctx, mgr, wiring); err != nil {
+	if err := manager.Setup(ctx, mgr, wiring); err != nil {
 		log.Error(err, "unable to set up the controllers")
 		os.Exit(1)
 	}
@@ -218,7 +219,7 @@ func main() {
 
 // leaderElection returns the leader-election lock (its Lease in namespace,
 // by default the pod's), with an Event recorder for its transitions.
-func leaderElection(cfg *rest.Config, namespace string, renewDeadline time.Duration) (*controllers.LeadershipLock, error) {
+func leaderElection(cfg *rest.Config, namespace string, renewDeadline time.Duration) (*manager.LeadershipLock, error) {
 	if namespace == "" {
 		ns, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 		if err != nil {
@@ -232,8 +233,8 @@ func leaderElection(cfg *rest.Config, namespace string, renewDeadline time.Durat
 	}
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(controllers.Scheme(), corev1.EventSource{Component: controllers.LeaderElectionID})
-	return controllers.NewLeaderElectionLock(cfg, namespace, controllers.LeaderElectionID, renewDeadline, recorder)
+	recorder := broadcaster.NewRecorder(manager.Scheme(), corev1.EventSource{Component: manager.LeaderElectionID})
+	return manager.NewLeaderElectionLock(cfg, namespace, manager.LeaderElectionID, renewDeadline, recorder)
 }
 
 func envOr(name, def string) string {

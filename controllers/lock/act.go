@@ -21,21 +21,24 @@ import (
 
 // act carries out the action: at most one guarded Lease write, with the
 // claim statuses healed before it and derived from its result after it.
-func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathered, a action) (ctrl.Result, error) {
+// What it learns for later reconciles it writes into mem; a view it
+// withdraws or vouches for is published at once (the webhook reads it).
+func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathered, a action, mem *lockMemory) (ctrl.Result, error) {
 	switch a.kind {
 	case actIdle:
-		r.forget(lock, g.hasLease)
+		r.memory.publishView(lock, View{})
+		mem.forget(g.hasLease)
 		return ctrl.Result{}, nil
 	case actForeign:
 		lockConflicts.Inc()
-		if err := r.syncStatuses(ctx, g.claims, statusInputs{foreign: g.foreign}); err != nil {
+		if err := r.syncStatuses(ctx, mem, g.claims, statusInputs{foreign: g.foreign}); err != nil {
 			return ctrl.Result{}, err
 		}
 		// That Lease is outside the cache: its removal sends no event.
 		return ctrl.Result{RequeueAfter: r.foreignRecheck}, nil
 	case actReleaseFinalizer:
 		// The Lease goes: nothing is vouched for from its cached copy.
-		r.views.set(lock, View{})
+		r.memory.publishView(lock, View{})
 		return ctrl.Result{}, r.releaseFinalizer(ctx, g.lease)
 	}
 
@@ -44,32 +47,32 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	// entries wait until after the grant: a burst of new waiters must not
 	// delay a handoff.)
 	if g.lease != nil {
-		if err := r.syncStatuses(ctx, endedFirst(ownersOf(g.claims, g.ledger), g.ledger), statusInputs{lease: g.lease, ledger: g.ledger, unrecorded: a.unrecorded}); err != nil {
+		if err := r.syncStatuses(ctx, mem, endedFirst(ownersOf(g.claims, g.ledger), g.ledger), statusInputs{lease: g.lease, ledger: g.ledger, unrecorded: a.unrecorded}); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 
 	lease := g.lease
 	if a.kind.writesLease() {
-		if r.leadership != nil && !r.leadership.Current() {
+		if !r.term.leading() {
 			// This term is not certainly ours (a leader that resumed from a
 			// pause past its lease): decide again once it is, or never.
-			r.views.set(lock, View{})
+			r.memory.publishView(lock, View{})
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
 		if a.kind != actRepair {
 			// The holder changes: the webhook must not trust the old view
 			// (or a cache still showing it) once the write may have committed,
 			// even if its reply is lost.
-			r.views.set(lock, View{})
+			r.memory.publishView(lock, View{})
 		}
-		written, err := r.writeLease(ctx, lock, g, a)
+		written, err := r.writeLease(ctx, lock, g, a, mem)
 		switch {
 		case apierrors.IsAlreadyExists(err):
 			// The cache had no managed Lease: a foreign one (remembered by
 			// readForeignLease, so the next reconcile reports it), or ours
 			// not yet seen.
-			if _, err := r.readForeignLease(ctx, lock); err != nil {
+			if _, err := r.readForeignLease(ctx, lock, mem); err != nil {
 				return ctrl.Result{}, err
 			}
 			return ctrl.Result{RequeueAfter: raceRetry}, nil
@@ -83,8 +86,8 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 			if g.lease != nil {
 				replaced = g.lease.ResourceVersion
 			}
-			r.uncertain.mark(lock, replaced)
-			r.views.set(lock, View{}) // a repair keeps its view up to the write
+			mem.markUncertain(replaced)
+			r.memory.publishView(lock, View{}) // a repair keeps its view up to the write
 			return ctrl.Result{}, fmt.Errorf("writing Lease %s: %w", lock, err)
 		}
 		r.recordLeaseWrite(ctx, lock, g, a)
@@ -94,7 +97,7 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 			if err != nil {
 				return ctrl.Result{}, err
 			}
-			r.clock.granted(lock, renewalOf(written, fkv1.ReadLedger(written, lock.Name).HolderUID, pod, notReadySince))
+			mem.granted(renewalOf(written, fkv1.ReadLedger(written, lock.Name).HolderUID, pod, notReadySince), r.clock.Now())
 		}
 	}
 
@@ -111,15 +114,14 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	case holderEpochLost:
 		in.epochLostUID = string(a.endedUID)
 	}
-	if (a.kind == actGrant || g.renewWatched) && g.caughtUp && !r.doubtful(lock) {
-		r.views.set(lock, View{HeldEpoch: in.ledger.HeldEpoch(), Floor: r.floors.raise(lock),
-			deadline: g.now.Add(a.requeueAfter)})
+	if (a.kind == actGrant || g.renewWatched) && g.caughtUp && !mem.uncertain {
+		r.memory.publishView(lock, View{HeldEpoch: in.ledger.HeldEpoch(), Floor: mem.raiseFloor(), deadline: g.now.Add(a.requeueAfter)})
 	} else {
 		// Just started (or resumed): the holder's fresh TTL here is for
 		// expiry only; the webhook must read live until a renewal is seen.
-		r.views.set(lock, View{})
+		r.memory.publishView(lock, View{})
 	}
-	if err := r.syncStatuses(ctx, endedFirst(g.claims, in.ledger), in); err != nil {
+	if err := r.syncStatuses(ctx, mem, endedFirst(g.claims, in.ledger), in); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: a.requeueAfter}, nil
@@ -149,20 +151,26 @@ func endedFirst(claims []*fkv1.FencedLease, led fkv1.Ledger) []*fkv1.FencedLease
 // no Lease yet (AlreadyExists if someone else made it first), otherwise an
 // Update carrying the resourceVersion we decided on, so a write based on a
 // stale read fails with Conflict instead of overwriting a newer grant.
-func (r *Reconciler) writeLease(ctx context.Context, lock types.NamespacedName, g gathered, a action) (*coordinationv1.Lease, error) {
-	desired := leaseAfter(lock, g.lease, g.ledger, a, metav1.NewMicroTime(r.clock.now()))
+func (r *Reconciler) writeLease(ctx context.Context, lock types.NamespacedName, g gathered, a action, mem *lockMemory) (*coordinationv1.Lease, error) {
+	desired := leaseAfter(lock, g.lease, g.ledger, a, metav1.NewMicroTime(r.clock.Now()))
 	var err error
 	if g.lease == nil {
 		err = r.client.Create(ctx, desired)
 	} else {
+		if desired.UID == "" {
+			// Leases allow create-on-update: without the UID precondition an
+			// update of a Lease deleted meanwhile would create a ledger at
+			// a stale counter.
+			return nil, fmt.Errorf("updating Lease %s: no UID to guard the update with", lock)
+		}
 		err = r.client.Update(ctx, desired)
 	}
 	if err != nil {
 		return nil, err
 	}
-	r.floors.raise(lock, a.epoch)
-	r.expect.wroteLease(lock, desired.UID, desired.ResourceVersion)
-	r.uncertain.forget(lock) // whatever the earlier write did, this one is known
+	mem.raiseFloor(a.epoch)
+	mem.wroteLease(leaseVersion{uid: desired.UID, rv: desired.ResourceVersion})
+	mem.settle() // whatever the earlier write did, this one is known
 	return desired, nil
 }
 
@@ -218,7 +226,7 @@ func (r *Reconciler) recordLeaseWrite(ctx context.Context, lock types.Namespaced
 	logger := log.FromContext(ctx)
 	if a.end != holderContinues {
 		logger.Info("holder ended", "claim", a.endedName, "claimUID", a.endedUID, "reason", string(a.end), "epoch", g.ledger.Epoch)
-		observeHoldEnded(g, a, r.clock.now())
+		observeHoldEnded(g, a, r.clock.Now())
 		switch a.end {
 		case holderExpired:
 			expirations.Inc()
@@ -234,7 +242,7 @@ func (r *Reconciler) recordLeaseWrite(ctx context.Context, lock types.Namespaced
 	}
 	if a.kind == actGrant {
 		grants.Inc()
-		observeAcquireWait(a.holder, r.clock.now())
+		observeAcquireWait(a.holder, r.clock.Now())
 		logger.Info("granted", "claim", a.holder.Name, "holder", a.holder.Spec.HolderIdentity, "epoch", a.epoch)
 	}
 	if g.lease != nil && len(g.lease.OwnerReferences) > 0 {
@@ -243,23 +251,6 @@ func (r *Reconciler) recordLeaseWrite(ctx context.Context, lock types.Namespaced
 	if a.repaired {
 		floorRepairs.Inc()
 		logger.Info("repaired the Lease's epoch counter", "from", g.ledger.Epoch, "to", a.epoch, "valid", g.ledger.EpochValid)
-	}
-}
-
-// forget drops the memory of an idle lock (no claims, nobody holds it), so
-// the authority's memory follows the live locks, not every lock ever used.
-// The epoch floor is kept while the Lease exists (it guards against the
-// Lease being edited); once the Lease is gone a new ledger starts at the
-// storage revision, above every epoch ever issued, and the floor can go too.
-func (r *Reconciler) forget(lock types.NamespacedName, hasLease bool) {
-	r.views.set(lock, View{})
-	r.clock.forget(lock)
-	r.expect.forget(lock)
-	r.queue.forget(lock)
-	r.revisions.forget(lock)
-	r.uncertain.forget(lock)
-	if !hasLease {
-		r.floors.forget(lock)
 	}
 }
 
@@ -292,7 +283,7 @@ func ownersOf(claims []*fkv1.FencedLease, led fkv1.Ledger) []*fkv1.FencedLease {
 // syncStatuses patches each claim whose derived status differs from what it
 // has, guarded by the claim's resourceVersion so a stale cache cannot move a
 // claim backward (for example out of the terminal Expired).
-func (r *Reconciler) syncStatuses(ctx context.Context, claims []*fkv1.FencedLease, in statusInputs) error {
+func (r *Reconciler) syncStatuses(ctx context.Context, mem *lockMemory, claims []*fkv1.FencedLease, in statusInputs) error {
 	for _, c := range claims {
 		want, transition := desiredStatus(c, in)
 		if statusEqual(want, c.Status) {
@@ -310,8 +301,37 @@ func (r *Reconciler) syncStatuses(ctx context.Context, claims []*fkv1.FencedLeas
 			}
 			return fmt.Errorf("patching status of claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
-		r.expect.wrote(types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.LockName}, c.UID, c.ResourceVersion)
+		mem.wroteClaim(c.UID, c.ResourceVersion)
 		r.recordClaimTransition(ctx, c, in.lease, transition)
 	}
 	return nil
+}
+
+// createLedger creates the lock's Lease free (no holder, no epoch issued),
+// the first write of a new ledger (docs/design.md §2): the grant that
+// follows is a guarded update of it, whose epoch is at least the
+// resourceVersion of the version it replaces. That number is at least the
+// Lease's creation revision, which is above every epoch the lock ever
+// issued (a create that succeeds proves every earlier Lease of the lock was
+// deleted before it), and any authority can read it, not only the one
+// whose create succeeded. It returns nil when the Lease was not created:
+// another writer made it first (a foreign Lease, remembered, or ours not
+// yet in the cache), or this term is not certainly this process's.
+func (r *Reconciler) createLedger(ctx context.Context, lock types.NamespacedName, mem *lockMemory) (*coordinationv1.Lease, error) {
+	if !r.term.leading() {
+		return nil, nil
+	}
+	l := leaseAfter(lock, nil, fkv1.Ledger{}, action{kind: actRepair}, metav1.NewMicroTime(r.clock.Now()))
+	switch err := r.client.Create(ctx, l); {
+	case apierrors.IsAlreadyExists(err):
+		_, err := r.readForeignLease(ctx, lock, mem)
+		return nil, err
+	case err != nil:
+		// Not a refusal: the create may have committed (a lost reply).
+		mem.markUncertain("")
+		return nil, fmt.Errorf("creating Lease %s: %w", lock, err)
+	}
+	mem.wroteLease(leaseVersion{uid: l.UID, rv: l.ResourceVersion})
+	mem.settle()
+	return l, nil
 }

@@ -19,7 +19,7 @@ func TestLeaseAfter(t *testing.T) {
 	now := metav1.NewMicroTime(t0)
 	earlier := metav1.NewMicroTime(t0.Add(-10 * 1e9))
 	heldLease := func() *coordinationv1.Lease {
-		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: lock.Name, ResourceVersion: "7"},
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: lock.Name, ResourceVersion: "7", UID: "lease-1"},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("w1"), LeaseDurationSeconds: ptr.To(int32(30)),
 				AcquireTime: &earlier, RenewTime: &earlier, LeaseTransitions: ptr.To(int32(3))}}
 		held(41, "w1").ApplyTo(l, lock.Name)
@@ -45,6 +45,7 @@ func TestLeaseAfter(t *testing.T) {
 		g.Expect(*l.Spec.LeaseDurationSeconds).To(Equal(int32(20)))
 		g.Expect(*l.Spec.LeaseTransitions).To(Equal(int32(4)))
 		g.Expect(l.ResourceVersion).To(Equal("7"), "the update is guarded by the resourceVersion read")
+		g.Expect(l.UID).To(Equal(types.UID("lease-1")), "the update is guarded by the Lease's UID: an update of a Lease deleted meanwhile must not create one")
 		g.Expect(*cur.Spec.HolderIdentity).To(Equal("w1"), "the cached object is not modified")
 	})
 	t.Run("the first grant creates a fully managed Lease", func(t *testing.T) {
@@ -113,11 +114,13 @@ func TestIdleLockIsForgotten(t *testing.T) {
 	y := types.NamespacedName{Namespace: "ns", Name: "y"}
 	fill := func(r *Reconciler) {
 		for _, l := range []types.NamespacedName{x, y} {
-			r.clock.observe(l, renewal{holderUID: "holder"})
-			r.floors.raise(l, 41)
-			r.expect.wrote(l, types.UID("claim-of-"+l.Name), "10")
-			r.expect.wroteLease(l, types.UID("lease-of-"+l.Name), "10")
-			r.views.set(l, View{HeldEpoch: 41})
+			remember(r, l, func(m *lockMemory) {
+				m.observe(renewal{holderUID: "holder"}, t0)
+				m.raiseFloor(41)
+				m.wroteClaim(types.UID("claim-of-"+l.Name), "10")
+				m.wroteLease(leaseVersion{uid: types.UID("lease-of-" + l.Name), rv: "10"})
+			})
+			r.memory.publishView(l, View{HeldEpoch: 41})
 		}
 	}
 	for _, hasLease := range []bool{true, false} {
@@ -125,23 +128,25 @@ func TestIdleLockIsForgotten(t *testing.T) {
 		fill(r)
 		var snap snapshot
 		snap.hasLease = hasLease
-		_, err := r.act(context.Background(), x, gathered{snapshot: snap}, action{kind: actIdle})
+		_, err := actOn(r, x, gathered{snapshot: snap}, action{kind: actIdle})
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(r.clock.seen).NotTo(HaveKey(x))
-		g.Expect(r.views.m).NotTo(HaveKey(x))
-		g.Expect(r.expect.written).NotTo(HaveKey(x))
-		g.Expect(r.expect.leases).NotTo(HaveKey(x))
+		mx, kept := remembered(r, x)
+		g.Expect(mx.renewalSeen).To(BeFalse())
+		g.Expect(mx.view).To(BeZero())
+		g.Expect(mx.claimWrites).To(BeEmpty())
+		g.Expect(mx.leaseExpect).To(BeZero())
 		if hasLease {
-			g.Expect(r.floors.floors).To(HaveKeyWithValue(x, int64(41)), "the floor must outlive idleness while the Lease exists")
+			g.Expect(mx.floor).To(Equal(int64(41)), "the floor must outlive idleness while the Lease exists")
 		} else {
-			g.Expect(r.floors.floors).NotTo(HaveKey(x))
+			g.Expect(kept).To(BeFalse(), "an idle lock without a Lease is still remembered")
 		}
 		// The other lock is untouched.
-		g.Expect(r.clock.seen).To(HaveKey(y))
-		g.Expect(r.floors.floors).To(HaveKey(y))
-		g.Expect(r.expect.written).To(HaveKey(y))
-		g.Expect(r.expect.leases).To(HaveKey(y))
-		g.Expect(r.views.m).To(HaveKey(y))
+		my, _ := remembered(r, y)
+		g.Expect(my.renewalSeen).To(BeTrue())
+		g.Expect(my.floor).To(Equal(int64(41)))
+		g.Expect(my.claimWrites).To(HaveLen(1))
+		g.Expect(my.leaseExpect).NotTo(BeZero())
+		g.Expect(my.view.HeldEpoch).To(Equal(int64(41)))
 	}
 }
 
@@ -151,16 +156,17 @@ func TestExpectationsOfDeletedClaimsAreDropped(t *testing.T) {
 	g := NewWithT(t)
 	r := NewReconciler(nil, nil, nil, Options{})
 	lock := types.NamespacedName{Namespace: "ns", Name: "x"}
+	var mem lockMemory
 	for i := 0; i < 100; i++ {
-		r.expect.wrote(lock, types.UID(fmt.Sprintf("gone-%d", i)), "10")
+		mem.wroteClaim(types.UID(fmt.Sprintf("gone-%d", i)), "10")
 	}
 	kept := claim("kept", 1, fkv1.PhasePending, 0)
 	kept.ResourceVersion = "5"
-	r.expect.wrote(lock, kept.UID, "10")
-	behind, err := r.cacheBehindOwnWrites(context.Background(), lock, nil, []*fkv1.FencedLease{kept})
+	mem.wroteClaim(kept.UID, "10")
+	behind, err := r.cacheBehindOwnWrites(context.Background(), lock, &mem, nil, []*fkv1.FencedLease{kept})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(behind).To(BeTrue(), "the kept claim's cache copy is older than our write")
-	g.Expect(r.expect.size()).To(Equal(1))
+	g.Expect(mem.claimWrites).To(HaveLen(1))
 }
 
 // The Lease version a term read live (or this process wrote) must be shown
@@ -169,26 +175,21 @@ func TestExpectationsOfDeletedClaimsAreDropped(t *testing.T) {
 // expectations the later version stands.
 func TestLeaseExpectation(t *testing.T) {
 	g := NewWithT(t)
-	e := newWriteExpectations()
-	lock := types.NamespacedName{Namespace: "ns", Name: "x"}
-	e.wroteLease(lock, "lease-1", "20")
-	e.wroteLease(lock, "lease-1", "15") // a live read older than a grant that committed after it
-	v, ok := e.expectedLease(lock)
-	g.Expect(ok).To(BeTrue())
-	g.Expect(v.rv).To(Equal("20"), "an older version replaced a later expectation")
+	var e lockMemory
+	e.wroteLease(leaseVersion{uid: "lease-1", rv: "20"})
+	e.wroteLease(leaseVersion{uid: "lease-1", rv: "15"}) // a live read older than a grant that committed after it
+	g.Expect(e.leaseExpect.rv).To(Equal("20"), "an older version replaced a later expectation")
 
-	behind, missing := e.leaseBehind(lock, "", "")
+	behind, missing := e.leaseBehind(leaseVersion{})
 	g.Expect(behind && missing).To(BeTrue(), "a cache without the Lease passed for one that caught up")
-	behind, missing = e.leaseBehind(lock, "lease-0", "30")
+	behind, missing = e.leaseBehind(leaseVersion{uid: "lease-0", rv: "30"})
 	g.Expect(behind && missing).To(BeTrue(), "another Lease (an older incarnation) passed for the expected one")
-	e.retain(lock, map[types.UID]bool{})
-	_, ok = e.expectedLease(lock)
-	g.Expect(ok).To(BeTrue(), "pruning the claims dropped the Lease's expectation")
-	behind, missing = e.leaseBehind(lock, "lease-1", "19")
+	e.retainClaims(map[types.UID]bool{})
+	g.Expect(e.leaseExpect).NotTo(BeZero(), "pruning the claims dropped the Lease's expectation")
+	behind, missing = e.leaseBehind(leaseVersion{uid: "lease-1", rv: "19"})
 	g.Expect(behind).To(BeTrue())
 	g.Expect(missing).To(BeFalse())
-	behind, _ = e.leaseBehind(lock, "lease-1", "20")
+	behind, _ = e.leaseBehind(leaseVersion{uid: "lease-1", rv: "20"})
 	g.Expect(behind).To(BeFalse())
-	_, ok = e.expectedLease(lock)
-	g.Expect(ok).To(BeFalse(), "the expectation outlived the cache reaching it")
+	g.Expect(e.leaseExpect).To(BeZero(), "the expectation outlived the cache reaching it")
 }

@@ -1,11 +1,9 @@
 package lock
 
 import (
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/clock"
 
 	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
 )
@@ -32,18 +30,11 @@ func (s renewal) renews(prev renewal) bool {
 	return s.podNotReadySince != "" && prev.podNotReadySince != "" && s.podNotReadySince != prev.podNotReadySince
 }
 
-// renewClock remembers, per lock, when this controller first observed the
-// current renewal signal, on its own monotonic clock. A lease expires
-// leaseDuration after that observation. Nothing here survives a restart,
-// which is the point: after a restart every lease gets a fresh full TTL (late
-// takeover, never early).
-type renewClock struct {
-	clock clock.PassiveClock
-
-	mu   sync.Mutex
-	seen map[types.NamespacedName]observed
-}
-
+// observed is when this controller first observed a lock's current
+// renewal signal, on its own monotonic clock. A lease expires leaseDuration
+// after that observation. Nothing here survives a restart, which is the
+// point: after a restart every lease gets a fresh full TTL (late takeover,
+// never early).
 type observed struct {
 	signal renewal
 	at     time.Time
@@ -54,45 +45,28 @@ type observed struct {
 	firstSight bool
 }
 
-func newRenewClock(c clock.PassiveClock) *renewClock {
-	return &renewClock{clock: c, seen: map[types.NamespacedName]observed{}}
-}
-
-// observe records the lock's current renewal signal and returns when this
-// controller first saw it, and whether that was a change it watched happen
-// (rather than its first look at the lock).
-func (c *renewClock) observe(lock types.NamespacedName, signal renewal) (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o, ok := c.seen[lock]
+// observe records the lock's current renewal signal, seen at now, and
+// returns when this controller first saw it, and whether that was a change
+// it watched happen (rather than its first look at the lock).
+func (m *lockMemory) observe(signal renewal, now time.Time) (time.Time, bool) {
+	o := m.renewal
 	switch {
-	case !ok || signal.renews(o.signal):
-		o = observed{signal: signal, at: c.clock.Now(), firstSight: !ok}
+	case !m.renewalSeen || signal.renews(o.signal):
+		o = observed{signal: signal, at: now, firstSight: !m.renewalSeen}
 	default:
 		// The next look compares with what this one saw.
 		o.signal = signal
 	}
-	c.seen[lock] = o
+	m.renewal, m.renewalSeen = o, true
 	return o.at, !o.firstSight
 }
 
 // granted records the signal of a holder this process has just granted
-// (its Lease write succeeded) as a change it watched happen: the grant is
-// the holder's first renewal, on this process's clock. Without it, a lock
-// new to this process would count as a first look, and its holder be
+// (its Lease write succeeded) at now, as a change it watched happen: the
+// grant is the holder's first renewal, on this process's clock. Without it,
+// a lock new to this process would count as a first look, and its holder be
 // vouched for only from its first renewal on (for a pod holder, its next
 // readiness change).
-func (c *renewClock) granted(lock types.NamespacedName, signal renewal) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.seen[lock] = observed{signal: signal, at: c.clock.Now()}
-}
-
-func (c *renewClock) now() time.Time { return c.clock.Now() }
-
-// forget drops what was observed of lock (it is idle).
-func (c *renewClock) forget(lock types.NamespacedName) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.seen, lock)
+func (m *lockMemory) granted(signal renewal, now time.Time) {
+	m.renewal, m.renewalSeen = observed{signal: signal, at: now}, true
 }

@@ -45,12 +45,15 @@ type snapshot struct {
 	// floor is the highest epoch known from any source other than the Lease:
 	// claim statuses and this process's memory.
 	floor int64
-	// storageRevision is the live storage revision of the leases resource,
-	// read when the ledger is new (no epoch issued, or the counter lost): a
-	// new ledger's first epoch. Every epoch ever issued is below the revision
-	// at which its grant was written, so this start is above all of them,
-	// even when every record of the lock is gone.
+	// storageRevision is the resourceVersion of the Lease version a write
+	// replaces (0: none): a storage revision, above every epoch this lock
+	// ever issued (an epoch is below the revision of the write that issued
+	// it, and the Lease's creation proves every earlier Lease of the lock
+	// gone). A new ledger's epochs start there.
 	storageRevision int64
+	// termFloor is this term's floor (termFloor): every grant is at least
+	// that.
+	termFloor int64
 }
 
 // actionKind is what a reconcile does to the lock's Lease.
@@ -129,104 +132,223 @@ type action struct {
 	unrecorded bool
 }
 
-// decide computes what one reconcile of a lock does. It never issues an epoch
-// at or below anything already issued: the next epoch is one above the
-// highest of the Lease's counter, every claim's recorded epoch and this
-// process's memory.
+// decide computes what one reconcile of a lock does: a chain of named rules,
+// each a small pure function (docs/design.md §2):
+//
+//   - settled: a foreign Lease, a deleted Lease to let go, an idle lock;
+//   - epochsOf: where the next epoch comes from (epochSource);
+//   - holderOutcome: whether the holder keeps the lock, and why not;
+//   - nextGrant: the next ready waiter gets the next epoch;
+//   - freeLock: an ended hold with nobody to grant frees the lock;
+//   - repairLedger: a Lease that needs repair is rewritten, holder kept.
+//
+// It never issues an epoch at or below anything already issued: the next
+// epoch is one above the highest of the Lease's counter, every claim's
+// recorded epoch and this process's memory, and a new ledger starts at the
+// storage revision.
 func decide(s snapshot) action {
-	dropOwners := s.dropsOwners()
+	if a, ok := settled(s); ok {
+		return a
+	}
+	ep := epochsOf(s)
+	a := action{kind: actKeep, epoch: ep.issued, unrecorded: ep.unrecorded, repaired: ep.repaired}
+	h := holderOutcome(s, ep)
+	a.holder, a.end, a.leaseDuration, a.requeueAfter = h.holder, h.end, h.leaseDuration, h.requeueAfter
+	if h.end != holderContinues {
+		a.endedUID, a.endedName = s.ledger.HolderUID, s.ledger.HolderClaim
+	}
+	if a.holder == nil {
+		var done bool
+		if a, done = nextGrant(s, ep, a); done {
+			return a
+		}
+		if a.end != holderContinues {
+			return freeLock(ep, a)
+		}
+	}
+	return repairLedger(s, ep, a, h.ttlRepair)
+}
+
+// settled is the rule for locks with nothing to grant or keep: a Lease
+// fencekeeper does not manage blocks the lock; a Lease an admin deleted
+// with no claim left is let go; nobody holds or waits (and no foreign owner
+// is left to remove).
+func settled(s snapshot) (action, bool) {
 	switch {
 	case s.foreign != "":
-		return action{kind: actForeign}
+		return action{kind: actForeign}, true
 	case len(s.claims) == 0 && s.hasLease && s.leaseDeleting:
-		return action{kind: actReleaseFinalizer}
-	case len(s.claims) == 0 && !s.ledger.Held() && !dropOwners:
-		return action{kind: actIdle}
+		return action{kind: actReleaseFinalizer}, true
+	case len(s.claims) == 0 && !s.ledger.Held() && !s.dropsOwners():
+		return action{kind: actIdle}, true
 	}
+	return action{}, false
+}
 
-	issued := max(s.ledger.Epoch, s.floor)
-	a := action{kind: actKeep, epoch: issued, unrecorded: grantUnrecorded(s.ledger, s.claims, s.floor)}
-	a.repaired = issued != s.ledger.Epoch || !s.ledger.EpochValid
-	// The Lease also needs repair when its labels or finalizer are missing
-	// (adoption), it has owners (dropOwners), or its TTL differs from the
-	// holder's.
-	repair := a.repaired || !s.ledger.Adopted || dropOwners
+// epochSource is where the lock's next epoch comes from: the counter, a
+// floor above it, or a new ledger.
+type epochSource struct {
+	// issued is the highest epoch known issued: the Lease's counter, or the
+	// floor (claim statuses and this process's memory) when that is higher.
+	issued int64
+	// repaired: the counter is below the floor, or unreadable; any write
+	// raises it to issued.
+	repaired bool
+	// unrecorded: the Lease names a holder whose epoch nothing records and
+	// the counter cannot be trusted to be it (grantUnrecorded).
+	unrecorded bool
+	// newLedger: nothing records the lock's last epoch (no epoch issued, an
+	// unreadable counter, or unrecorded): the next counter written starts
+	// at the storage revision, which is above every epoch ever issued.
+	newLedger bool
+	// revision is, for a new ledger, the resourceVersion of the Lease
+	// version the write replaces (0: no Lease yet; nothing is written).
+	revision int64
+	// termFloor is this term's floor: no grant of the term is below it.
+	termFloor int64
+}
 
-	if s.ledger.Held() {
-		holder := findClaim(s.claims, s.ledger.HolderUID)
-		switch {
-		case holder == nil || s.holderPod == pods.Gone:
-			a.end = holderReleased
-		case holder.Status.Phase == fkv1.PhaseExpired:
-			a.end = holderGaveUp
-		case broken(holder):
-			a.end = holderForced
-		default:
-			// The TTL in force is the one the Lease recorded at grant, which
-			// is the holder's claim's (immutable, and what its library counts
-			// its safe time by). A Lease whose TTL is shorter, or gone, was
-			// edited after the grant (the guard off): it must not expire the
-			// holder early, and is repaired. A longer one is kept.
-			a.leaseDuration = max(s.ledger.LeaseDurationSeconds, holder.LeaseDurationSeconds())
-			if a.leaseDuration != s.ledger.LeaseDurationSeconds {
-				repair = true
-			}
-			ttl := time.Duration(a.leaseDuration) * time.Second
-			left := ttl // a live pod renews its lease by being live
-			if s.holderPod != pods.Live {
-				left = s.renewSeenAt.Add(ttl).Sub(s.now)
-			}
-			switch {
-			case left <= 0:
-				a.end = holderExpired
-			case !keepsEpoch(holder, s.ledger, issued, a.unrecorded):
-				a.end = holderEpochLost
-			default:
-				a.holder, a.requeueAfter = holder, left
-			}
-		}
-		if a.end != holderContinues {
-			a.endedUID, a.endedName = s.ledger.HolderUID, s.ledger.HolderClaim
-		}
+func epochsOf(s snapshot) epochSource {
+	e := epochSource{issued: max(s.ledger.Epoch, s.floor), unrecorded: grantUnrecorded(s.ledger, s.claims, s.floor), termFloor: s.termFloor}
+	e.repaired = e.issued != s.ledger.Epoch || !s.ledger.EpochValid
+	e.newLedger = s.ledger.IsNew() || e.unrecorded
+	if e.newLedger {
+		e.revision = s.storageRevision
 	}
+	return e
+}
 
-	// noWrite waits for gather's storage-revision read: nothing is written,
-	// and an unrecorded holder is not shown Held meanwhile.
-	noWrite := func() action { return action{kind: actKeep, epoch: issued, unrecorded: a.unrecorded} }
-	if a.holder == nil {
-		// The ended holder is never a waiter: grantable skips the Lease's holder.
-		if next := nextReadyWaiter(s.claims, s.ledger, s.waiterPods); next != nil && issued == math.MaxInt64 {
-			// Every epoch has been issued: granting would wrap. Nobody is
-			// granted again; the waiters are told why.
-			a.exhausted = true
-		} else if next != nil {
-			if (s.ledger.IsNew() || a.unrecorded) && s.storageRevision == 0 {
-				return noWrite()
-			}
-			a.kind, a.holder, a.epoch = actGrant, next, max(issued+1, s.storageRevision)
-			a.leaseDuration, a.requeueAfter = next.LeaseDurationSeconds(), next.LeaseDuration()
-			return a
-		}
-		if a.end != holderContinues {
-			a.kind = actFree
-			if s.ledger.IsNew() || a.unrecorded {
-				start, ok := newLedgerStart(s, issued)
-				if !ok {
-					return noWrite()
-				}
-				a.epoch, a.repaired = start, true
-			}
-			return a
-		}
+// next is the epoch of the next grant: one above every epoch issued, at
+// least the term's floor and, for a new ledger, the revision of the Lease
+// it replaces (false: a new ledger without a Lease; nothing is written).
+func (e epochSource) next() (int64, bool) {
+	if e.newLedger && e.revision == 0 {
+		return 0, false
 	}
+	return max(e.issued+1, e.revision, e.termFloor), true
+}
+
+// start is the counter of a new ledger written with no holder: the storage
+// revision, as a grant's first epoch, or the floor when above it. From the
+// floor alone the counter would look valid, and later epochs would count
+// up from a floor that misses epochs whose records are gone (a claim
+// deleted, then a restart). Without the revision nothing may be written
+// (false).
+func (e epochSource) start() (int64, bool) {
+	return max(e.issued, e.revision), e.revision != 0
+}
+
+// holdOutcome is what happens to the current holder.
+type holdOutcome struct {
+	// holder keeps the lock (nil: not held, or the hold ends).
+	holder *fkv1.FencedLease
+	end    holderEnd
+	// leaseDuration is the TTL in force for a kept holder; requeueAfter when
+	// it lapses unless a renewal is observed.
+	leaseDuration int32
+	requeueAfter  time.Duration
+	// ttlRepair: the Lease's TTL differs from the one in force.
+	ttlRepair bool
+}
+
+// holderOutcome is the rule for the holder: released (claim gone, or its pod
+// gone), gave up (its claim is already Expired), broken by an operator,
+// expired (no renewal observed for a TTL on this process's clock), its
+// epoch lost (keepsEpoch), or kept until its TTL lapses.
+func holderOutcome(s snapshot, ep epochSource) holdOutcome {
+	if !s.ledger.Held() {
+		return holdOutcome{}
+	}
+	holder := findClaim(s.claims, s.ledger.HolderUID)
+	switch {
+	case holder == nil || s.holderPod == pods.Gone:
+		return holdOutcome{end: holderReleased}
+	case holder.Status.Phase == fkv1.PhaseExpired:
+		return holdOutcome{end: holderGaveUp}
+	case broken(holder):
+		return holdOutcome{end: holderForced}
+	}
+	// The TTL in force is the one the Lease recorded at grant, which is the
+	// holder's claim's (immutable, and what its library counts its safe
+	// time by). A Lease whose TTL is shorter, or gone, was edited after the
+	// grant (the guard off): it must not expire the holder early, and is
+	// repaired. A longer one is kept.
+	o := holdOutcome{leaseDuration: max(s.ledger.LeaseDurationSeconds, holder.LeaseDurationSeconds())}
+	o.ttlRepair = o.leaseDuration != s.ledger.LeaseDurationSeconds
+	ttl := time.Duration(o.leaseDuration) * time.Second
+	left := ttl // a live pod renews its lease by being live
+	if s.holderPod != pods.Live {
+		left = s.renewSeenAt.Add(ttl).Sub(s.now)
+	}
+	switch {
+	case left <= 0:
+		o.end = holderExpired
+	case !keepsEpoch(holder, s.ledger, ep.issued, ep.unrecorded):
+		o.end = holderEpochLost
+	default:
+		o.holder, o.requeueAfter = holder, left
+	}
+	return o
+}
+
+// nextGrant is the rule for a lock nobody keeps: the first ready waiter
+// (nextReadyWaiter) is granted the next epoch. done is false when nobody is
+// granted: no ready waiter, or every epoch is issued (a.exhausted: granting
+// would wrap). While a new ledger waits for the storage revision nothing is
+// written, and an unrecorded holder is not shown Held meanwhile.
+func nextGrant(s snapshot, ep epochSource, a action) (action, bool) {
+	// The ended holder is never a waiter: grantable skips the Lease's holder.
+	next := nextReadyWaiter(s.claims, s.ledger, s.waiterPods)
+	switch {
+	case next == nil:
+		return a, false
+	case ep.issued == math.MaxInt64:
+		a.exhausted = true
+		return a, false
+	}
+	epoch, ok := ep.next()
+	if !ok {
+		return noWrite(ep), true
+	}
+	a.kind, a.holder, a.epoch = actGrant, next, epoch
+	a.leaseDuration, a.requeueAfter = next.LeaseDurationSeconds(), next.LeaseDuration()
+	return a, true
+}
+
+// noWrite is the action while a new ledger waits for the storage revision.
+func noWrite(ep epochSource) action {
+	return action{kind: actKeep, epoch: ep.issued, unrecorded: ep.unrecorded}
+}
+
+// freeLock is the rule for a hold that ended with nobody to grant: the
+// holder is cleared and the epoch kept (a new ledger's counter starts at
+// the storage revision).
+func freeLock(ep epochSource, a action) action {
+	a.kind = actFree
+	if ep.newLedger {
+		start, ok := ep.start()
+		if !ok {
+			return noWrite(ep)
+		}
+		a.epoch, a.repaired = start, true
+	}
+	return a
+}
+
+// repairLedger is the rule for a Lease that is kept as it is but needs
+// rewriting: its counter is below an epoch issued or unreadable, its labels
+// or finalizer are missing (adoption), it has owners to remove, or its TTL
+// differs from the holder's. The holder (if any) stays at the epoch it was
+// granted; a new ledger written without a holder starts at the storage
+// revision. Not a renewal: the holder's TTL clock runs on.
+func repairLedger(s snapshot, ep epochSource, a action, ttlRepair bool) action {
+	repair := ep.repaired || !s.ledger.Adopted || s.dropsOwners() || ttlRepair
 	if repair && a.holder == nil && s.ledger.IsNew() {
-		// A new ledger written without a holder: the next grant counts up
-		// from it.
-		start, ok := newLedgerStart(s, issued)
+		start, ok := ep.start()
 		if !ok {
 			return a
 		}
-		a.epoch, a.repaired, repair = start, true, true
+		a.epoch, a.repaired = start, true
 	}
 	if repair {
 		a.kind = actRepair
@@ -259,17 +381,6 @@ func keepsEpoch(holder *fkv1.FencedLease, led fkv1.Ledger, issued int64, unrecor
 		granted = led.Epoch
 	}
 	return granted != 0 && granted == issued
-}
-
-// newLedgerStart is the counter of a new ledger written with no record of
-// its last epoch: the storage revision, as a grant's first epoch
-// (docs/design.md §2), or the floor when above it. From the floor alone the
-// counter would look valid, and later epochs would count up from a floor
-// that misses epochs whose records are gone (a claim deleted, then a
-// restart). Without the revision nothing may be written (false); gather
-// reads it for every new ledger of a lock that is not idle.
-func newLedgerStart(s snapshot, issued int64) (int64, bool) {
-	return max(issued, s.storageRevision), s.storageRevision != 0
 }
 
 // grantUnrecorded reports whether the Lease names a holder whose epoch no

@@ -576,24 +576,23 @@ func TestDesiredStatusGrantsNoEpochFromALostCounter(t *testing.T) {
 
 func TestRenewClockUsesItsOwnClock(t *testing.T) {
 	fc := &fakeClock{now: t0}
-	c := newRenewClock(fc)
-	lock := types.NamespacedName{Namespace: "reports", Name: "report-2026-07"}
-	seen, watched := c.observe(lock, renewal{holderUID: "uid-w1", renewTime: "09:00:00"})
+	var c lockMemory
+	seen, watched := c.observe(renewal{holderUID: "uid-w1", renewTime: "09:00:00"}, fc.now)
 	if watched {
 		t.Fatal("a first look counts as a watched renewal: a restarted or resumed authority would vouch for a holder it never saw renew")
 	}
 	fc.now = fc.now.Add(20 * time.Second)
-	if got, watched := c.observe(lock, renewal{holderUID: "uid-w1", renewTime: "09:00:00"}); !got.Equal(seen) || watched {
+	if got, watched := c.observe(renewal{holderUID: "uid-w1", renewTime: "09:00:00"}, fc.now); !got.Equal(seen) || watched {
 		t.Fatalf("unchanged renewTime moved the observation to %v (watched %v)", got, watched)
 	}
 	// A renewTime written with a clock far in the past or future counts only
 	// as "changed": the observation is our own now.
-	if got, watched := c.observe(lock, renewal{holderUID: "uid-w1", renewTime: "1999-01-01T00:00:00Z"}); !got.Equal(fc.now) || !watched {
+	if got, watched := c.observe(renewal{holderUID: "uid-w1", renewTime: "1999-01-01T00:00:00Z"}, fc.now); !got.Equal(fc.now) || !watched {
 		t.Fatalf("observation = %v (watched %v), want our now %v, watched", got, watched, fc.now)
 	}
 	// A pod holder's liveness changing is a new observation too.
 	fc.now = fc.now.Add(time.Second)
-	if got, _ := c.observe(lock, renewal{holderUID: "uid-w1", pod: pods.NotLive}); !got.Equal(fc.now) {
+	if got, _ := c.observe(renewal{holderUID: "uid-w1", pod: pods.NotLive}, fc.now); !got.Equal(fc.now) {
 		t.Fatalf("pod liveness change not observed: %v", got)
 	}
 }
@@ -605,11 +604,10 @@ func TestRenewClockUsesItsOwnClock(t *testing.T) {
 // the pod was never live, and its TTL keeps running from the first look.
 func TestPodNotReadySinceRenewsOnlyBetweenTwoTimes(t *testing.T) {
 	fc := &fakeClock{now: t0}
-	c := newRenewClock(fc)
-	lock := types.NamespacedName{Namespace: "reports", Name: "report-2026-07"}
+	var c lockMemory
 	look := func(since string) time.Time {
 		fc.now = fc.now.Add(time.Second)
-		at, _ := c.observe(lock, renewal{holderUID: "uid-w1", pod: pods.NotLive, podNotReadySince: since})
+		at, _ := c.observe(renewal{holderUID: "uid-w1", pod: pods.NotLive, podNotReadySince: since}, fc.now)
 		return at
 	}
 	first := look("09:00:10")
@@ -638,10 +636,9 @@ func TestPodNotReadySinceRenewsOnlyBetweenTwoTimes(t *testing.T) {
 }
 
 func TestEpochFloorsNeverGoDown(t *testing.T) {
-	f := newEpochFloors()
-	lock := types.NamespacedName{Namespace: "reports", Name: "report-2026-07"}
-	f.raise(lock, 42)
-	if got := f.raise(lock, 7, 0); got != 42 {
+	var f lockMemory
+	f.raiseFloor(42)
+	if got := f.raiseFloor(7, 0); got != 42 {
 		t.Fatalf("floor went down to %d", got)
 	}
 }
@@ -654,27 +651,27 @@ func (f *fakeClock) Since(t time.Time) time.Duration { return f.now.Sub(t) }
 func TestFreshViewLapsesOnTheAuthoritysClock(t *testing.T) {
 	fc := &fakeClock{now: t0}
 	r := NewReconciler(nil, nil, nil, Options{Clock: fc})
-	r.caughtUp.Store(true) // its term has begun
+	r.term.caughtUp.Store(true) // its term has begun
 	lock := types.NamespacedName{Namespace: "reports", Name: "report-2026-07"}
-	if _, ok := r.FreshView(lock); ok {
+	if _, _, ok := r.FreshView(lock); ok {
 		t.Fatal("a lock never decided on is vouched for")
 	}
-	r.views.set(lock, View{HeldEpoch: 41, Floor: 41, deadline: t0.Add(30 * time.Second)})
+	r.memory.publishView(lock, View{HeldEpoch: 41, Floor: 41, deadline: t0.Add(30 * time.Second)})
 	r.EndTerm()
-	if _, ok := r.FreshView(lock); ok {
+	if _, _, ok := r.FreshView(lock); ok {
 		t.Fatal("vouched for a holder after this process's term ended")
 	}
-	r.caughtUp.Store(true)
+	r.term.caughtUp.Store(true)
 	fc.now = t0.Add(29 * time.Second)
-	if v, ok := r.FreshView(lock); !ok || v.HeldEpoch != 41 {
-		t.Fatalf("fresh view before the deadline: %+v %v", v, ok)
+	if held, _, ok := r.FreshView(lock); !ok || held != 41 {
+		t.Fatalf("fresh view before the deadline: %d %v", held, ok)
 	}
 	fc.now = t0.Add(30 * time.Second)
-	if _, ok := r.FreshView(lock); ok {
+	if _, _, ok := r.FreshView(lock); ok {
 		t.Fatal("vouched for a holder whose lease lapsed on our clock")
 	}
-	r.views.set(lock, View{})
-	if _, ok := r.FreshView(lock); ok {
+	r.memory.publishView(lock, View{})
+	if _, _, ok := r.FreshView(lock); ok {
 		t.Fatal("a withdrawn view is still vouched for")
 	}
 }

@@ -34,33 +34,35 @@ type gathered struct {
 	// caughtUp: this authority's term had read the Leases live when the
 	// reconcile started (CatchUp); only then may it vouch for a holder.
 	caughtUp bool
-	// revisionPending is true when a new ledger needs the storage revision
-	// and the read that answers it has not finished: the reconcile waits
-	// (the lock is queued again when it has).
-	revisionPending bool
+	// uncertain: this process's last Lease write is still of unknown
+	// outcome; nothing is vouched for until it is settled.
+	uncertain bool
 }
 
 // gather reads the lock's claims and Lease from the informer cache, reading
 // live only on the rare paths: a lock known to be blocked by a foreign Lease
-// (outside the cache) and a holder claim missing from the cache.
-func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gathered, error) {
+// (outside the cache), a Lease write of unknown outcome, a Lease the cache
+// has not shown yet, and a holder claim or pod missing from the cache. What
+// it learns for later reconciles it writes into mem, this reconcile's copy
+// of the lock's memory; it changes nothing else.
+func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName, mem *lockMemory) (gathered, error) {
 	var g gathered
 	claims, err := r.listClaims(ctx, lock)
 	if err != nil {
 		return g, err
 	}
-	g.claims, g.now = claims, r.clock.now()
-	if g.lease, g.foreign, err = r.leaseOf(ctx, lock); err != nil || g.foreign != "" {
+	g.claims, g.now = claims, r.clock.Now()
+	if g.lease, g.foreign, err = r.leaseOf(ctx, lock, mem); err != nil || g.foreign != "" {
 		return g, err
 	}
-	if err := r.settleUncertainWrite(ctx, lock); err != nil {
+	if err := r.settleUncertainWrite(ctx, lock, mem); err != nil {
 		return g, err
 	}
 	g.ledger = fkv1.ReadLedger(g.lease, lock.Name)
 	g.hasLease = g.lease != nil
 	g.leaseDeleting = g.lease != nil && g.lease.DeletionTimestamp != nil
 	g.foreignOwners = g.lease != nil && len(g.lease.OwnerReferences) > 0
-	if g.cacheBehind, err = r.cacheBehindOwnWrites(ctx, lock, g.lease, g.claims); err != nil {
+	if g.cacheBehind, err = r.cacheBehindOwnWrites(ctx, lock, mem, g.lease, g.claims); err != nil {
 		return g, err
 	}
 	if g.claims, err = r.confirmHolder(ctx, lock, g.ledger, g.claims); err != nil {
@@ -72,42 +74,17 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName) (gat
 		return g, err
 	}
 	if g.lease != nil {
-		g.renewSeenAt, g.renewWatched = r.clock.observe(lock, renewalOf(g.lease, g.ledger.HolderUID, g.holderPod, notReadySince))
+		g.renewSeenAt, g.renewWatched = mem.observe(renewalOf(g.lease, g.ledger.HolderUID, g.holderPod, notReadySince), r.clock.Now())
 	}
 	epochs := []int64{g.ledger.Epoch}
 	for _, c := range g.claims {
 		epochs = append(epochs, c.Status.Epoch)
 	}
-	g.floor = r.floors.raise(lock, epochs...)
+	g.floor = mem.raiseFloor(epochs...)
 	if g.waiterPods, err = r.waiterPods(ctx, lock.Namespace, g.claims, g.ledger); err != nil {
 		return g, err
 	}
-	switch {
-	case g.cacheBehind:
-		// This reconcile decides nothing (it waits for the cache): asking
-		// now would spend a read whose answer is thrown away. A look that
-		// sees a valid ledger still drops an earlier ask (below).
-		if !g.ledger.IsNew() {
-			r.revisions.forget(lock)
-		}
-	case g.ledger.IsNew() && (len(g.claims) > 0 || g.ledger.Held() || g.dropsOwners()), grantUnrecorded(g.ledger, g.claims, g.floor):
-		// A new ledger of a lock that is not idle, or whose foreign owners
-		// go, may be written (a grant, a repair, a free): its epochs start
-		// at the storage revision, read live after this look (one quorum
-		// list of one item, shared by every lock waiting for one; see
-		// revisionReader), never from the floor alone, which misses epochs
-		// whose records are gone.
-		var ok bool
-		if g.storageRevision, ok, err = r.revisions.get(lock); err != nil {
-			return g, err
-		}
-		g.revisionPending = !ok
-	default:
-		// This look needs no new ledger: an earlier ask must not answer a
-		// later need, whose read has to start after the look that sees it
-		// (the Lease may have lived and gone in between, unseen).
-		r.revisions.forget(lock)
-	}
+	g.uncertain = mem.uncertain
 	return g, nil
 }
 
@@ -147,44 +124,29 @@ func (r *Reconciler) waiterPods(ctx context.Context, ns string, claims []*fkv1.F
 	return out, nil
 }
 
-// storageRevision reads the current storage revision of the leases resource:
-// the resourceVersion of a live list, which etcd serves from a quorum read.
-func (r *Reconciler) storageRevision(ctx context.Context) (int64, error) {
-	var list coordinationv1.LeaseList
-	if err := r.apiReader.List(ctx, &list, client.Limit(1)); err != nil {
-		return 0, fmt.Errorf("reading the storage revision of leases: %w", err)
-	}
-	rev, err := strconv.ParseInt(list.ResourceVersion, 10, 64)
-	if err != nil || rev < 1 {
-		return 0, fmt.Errorf("the leases list resourceVersion %q is not a storage revision", list.ResourceVersion)
-	}
-	return rev, nil
-}
-
 // cacheBehindOwnWrites reports whether the cache has not yet seen a write
 // this process made to the Lease or a claim, or the Lease version a new
 // term read live. When the cache shows no Lease, or another one, than the
 // one expected, a live read tells a cache that has not seen the Lease yet
 // (behind) from a Lease that is gone (the expectation is dropped).
-func (r *Reconciler) cacheBehindOwnWrites(ctx context.Context, lock types.NamespacedName, lease *coordinationv1.Lease, claims []*fkv1.FencedLease) (bool, error) {
+func (r *Reconciler) cacheBehindOwnWrites(ctx context.Context, lock types.NamespacedName, mem *lockMemory, lease *coordinationv1.Lease, claims []*fkv1.FencedLease) (bool, error) {
 	live := make(map[types.UID]bool, len(claims))
-	var uid types.UID
-	var rv string
+	var cached leaseVersion
 	if lease != nil {
-		uid, rv = lease.UID, lease.ResourceVersion
+		cached = leaseVersion{uid: lease.UID, rv: lease.ResourceVersion}
 	}
-	behind, missing := r.expect.leaseBehind(lock, uid, rv)
+	behind, missing := mem.leaseBehind(cached)
 	if missing {
 		var err error
-		if behind, err = r.expectedLeaseExists(ctx, lock); err != nil {
+		if behind, err = r.expectedLeaseExists(ctx, lock, mem); err != nil {
 			return false, err
 		}
 	}
 	for _, c := range claims {
 		live[c.UID] = true
-		behind = r.expect.stale(lock, c.UID, c.ResourceVersion) || behind
+		behind = mem.claimBehind(c.UID, c.ResourceVersion) || behind
 	}
-	r.expect.retain(lock, live)
+	mem.retainClaims(live)
 	return behind, nil
 }
 
@@ -192,26 +154,52 @@ func (r *Reconciler) cacheBehindOwnWrites(ctx context.Context, lock types.Namesp
 // does not show the Lease version expected): if that Lease, or a newer
 // managed one, exists, the cache is behind it; if it is gone, so is the
 // expectation.
-func (r *Reconciler) expectedLeaseExists(ctx context.Context, lock types.NamespacedName) (bool, error) {
-	want, ok := r.expect.expectedLease(lock)
-	if !ok {
+func (r *Reconciler) expectedLeaseExists(ctx context.Context, lock types.NamespacedName, mem *lockMemory) (bool, error) {
+	if mem.leaseExpect.uid == "" {
 		return false, nil
 	}
 	var current coordinationv1.Lease
 	err := r.apiReader.Get(ctx, lock, &current)
 	switch {
 	case apierrors.IsNotFound(err):
-		r.expect.dropLease(lock, want)
+		mem.leaseExpect = leaseVersion{}
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("reading Lease %s, which the cache has not shown yet: %w", lock, err)
 	case fkv1.IsManagedLease(&current):
-		r.expect.wroteLease(lock, current.UID, current.ResourceVersion)
+		mem.wroteLease(leaseVersion{uid: current.UID, rv: current.ResourceVersion})
 		return true, nil
 	default:
-		r.expect.dropLease(lock, want) // not ours: leaseOf's foreign path handles it
+		mem.leaseExpect = leaseVersion{} // not ours: leaseOf's foreign path handles it
 		return false, nil
 	}
+}
+
+// settleUncertainWrite reads the Lease live after a write whose outcome is
+// unknown. When it changed since the version that write replaced, the
+// cache must show at least the live version before anything is decided (or
+// vouched for) again, and the doubt is over. When it did not, the write may
+// still commit (a request that timed out here can still be processed
+// there): the doubt stays, and with it no view is vouched for, until this
+// process's next Lease write succeeds or the Lease is seen to change.
+func (r *Reconciler) settleUncertainWrite(ctx context.Context, lock types.NamespacedName, mem *lockMemory) error {
+	if !mem.uncertain {
+		return nil
+	}
+	var live coordinationv1.Lease
+	err := r.apiReader.Get(ctx, lock, &live)
+	switch {
+	case apierrors.IsNotFound(err):
+		if mem.uncertainReplaced != "" {
+			mem.settle() // the Lease is gone: nothing to wait for
+		}
+	case err != nil:
+		return fmt.Errorf("reading Lease %s after a write whose outcome is unknown: %w", lock, err)
+	case live.ResourceVersion != mem.uncertainReplaced:
+		mem.wroteLease(leaseVersion{uid: live.UID, rv: live.ResourceVersion})
+		mem.settle()
+	}
+	return nil
 }
 
 func (r *Reconciler) listClaims(ctx context.Context, lock types.NamespacedName) ([]*fkv1.FencedLease, error) {
@@ -239,7 +227,7 @@ func (r *Reconciler) listClaims(ctx context.Context, lock types.NamespacedName) 
 // manage is found when creating ours fails (see act); from then on the lock
 // is known as blocked and read live until that Lease is gone, so a new lock
 // costs no extra read.
-func (r *Reconciler) leaseOf(ctx context.Context, lock types.NamespacedName) (*coordinationv1.Lease, string, error) {
+func (r *Reconciler) leaseOf(ctx context.Context, lock types.NamespacedName, mem *lockMemory) (*coordinationv1.Lease, string, error) {
 	var lease coordinationv1.Lease
 	err := r.client.Get(ctx, lock, &lease)
 	switch {
@@ -248,33 +236,33 @@ func (r *Reconciler) leaseOf(ctx context.Context, lock types.NamespacedName) (*c
 	case !apierrors.IsNotFound(err):
 		return nil, "", err
 	}
-	if _, known := r.foreign.Load(lock); !known {
+	if !mem.foreign {
 		return nil, "", nil
 	}
-	foreign, err := r.readForeignLease(ctx, lock)
+	foreign, err := r.readForeignLease(ctx, lock, mem)
 	return nil, foreign, err
 }
 
 // readForeignLease reads the lock's Lease live and explains why it blocks
 // the lock when it exists without fencekeeper's label ("" otherwise). It
 // keeps the set of locks known to be blocked.
-func (r *Reconciler) readForeignLease(ctx context.Context, lock types.NamespacedName) (string, error) {
+func (r *Reconciler) readForeignLease(ctx context.Context, lock types.NamespacedName, mem *lockMemory) (string, error) {
 	var lease coordinationv1.Lease
 	if err := r.apiReader.Get(ctx, lock, &lease); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.foreign.Delete(lock)
+			mem.foreign = false
 			return "", nil
 		}
 		return "", err
 	}
 	if fkv1.IsManagedLease(&lease) {
-		r.foreign.Delete(lock)
+		mem.foreign = false
 		// Ours, and the cache has not shown it yet (a create refused as
 		// AlreadyExists): decide nothing until it does.
-		r.expect.wroteLease(lock, lease.UID, lease.ResourceVersion)
+		mem.wroteLease(leaseVersion{uid: lease.UID, rv: lease.ResourceVersion})
 		return "", nil
 	}
-	r.foreign.Store(lock, true)
+	mem.foreign = true
 	return fmt.Sprintf("Lease %s exists and is not managed by fencekeeper (no label %s=%s); "+
 		"fencekeeper will not overwrite it: delete it or use another lock name",
 		lock, fkv1.LabelManagedBy, fkv1.ManagedByValue), nil
@@ -372,4 +360,23 @@ func podLiveness(c *fkv1.FencedLease, pod *corev1.Pod, node *corev1.Node) (pods.
 		return live, pods.NotReadySince(pod, nil), nil
 	}
 	return live.OnNode(node), pods.NotReadySince(pod, node), nil
+}
+
+// setLease makes lease, which this reconcile created, the lock's Lease.
+func (g *gathered) setLease(lease *coordinationv1.Lease, lock types.NamespacedName) {
+	g.lease, g.hasLease, g.leaseDeleting, g.foreignOwners = lease, true, false, false
+	g.ledger = fkv1.ReadLedger(lease, lock.Name)
+}
+
+// revisionOf is lease's resourceVersion as a storage revision (0: no Lease,
+// or not a number).
+func revisionOf(lease *coordinationv1.Lease) int64 {
+	if lease == nil {
+		return 0
+	}
+	rv, err := strconv.ParseInt(lease.ResourceVersion, 10, 64)
+	if err != nil || rv < 1 {
+		return 0
+	}
+	return rv
 }

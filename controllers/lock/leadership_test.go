@@ -25,13 +25,14 @@ func TestNoLeaseWriteOutsideTheTerm(t *testing.T) {
 	g := NewWithT(t)
 	r := NewReconciler(nil, nil, nil, Options{Leadership: leadership(false)})
 	lock := types.NamespacedName{Namespace: "ns", Name: "x"}
-	r.views.set(lock, View{HeldEpoch: 41, deadline: time.Now().Add(time.Hour)})
 	for _, kind := range []actionKind{actGrant, actFree, actRepair} {
+		r.memory.publishView(lock, View{HeldEpoch: 41, deadline: time.Now().Add(time.Hour)})
 		w := claim("w2", 2, fkv1.PhasePending, 0)
-		res, err := r.act(context.Background(), lock, gathered{}, action{kind: kind, holder: w, epoch: 42})
+		res, err := actOn(r, lock, gathered{}, action{kind: kind, holder: w, epoch: 42})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(res.RequeueAfter).To(BeNumerically(">", 0))
-		g.Expect(r.views.m).NotTo(HaveKey(lock), "a view outlived the term")
+		_, vouched := r.memory.view(lock)
+		g.Expect(vouched).To(BeFalse(), "a view outlived the term")
 	}
 }
 
@@ -53,22 +54,22 @@ func TestExpectedLeaseThatLostItsLabel(t *testing.T) {
 	lock := types.NamespacedName{Namespace: "ns", Name: "x"}
 	unmanaged := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x", UID: "lease-1", ResourceVersion: "30"}}
 	r := NewReconciler(nil, liveLease{unmanaged}, nil, Options{})
-	r.expect.wroteLease(lock, "lease-1", "20")
-	behind, err := r.cacheBehindOwnWrites(context.Background(), lock, nil, nil)
+	var mem lockMemory
+	mem.wroteLease(leaseVersion{uid: "lease-1", rv: "20"})
+	behind, err := r.cacheBehindOwnWrites(context.Background(), lock, &mem, nil, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(behind).To(BeFalse())
-	_, ok := r.expect.expectedLease(lock)
-	g.Expect(ok).To(BeFalse())
+	g.Expect(mem.leaseExpect).To(BeZero())
 
 	managed := unmanaged.DeepCopy()
 	managed.Labels = map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue}
 	r = NewReconciler(nil, liveLease{managed}, nil, Options{})
-	r.expect.wroteLease(lock, "lease-1", "20")
-	behind, err = r.cacheBehindOwnWrites(context.Background(), lock, nil, nil)
+	mem = lockMemory{}
+	mem.wroteLease(leaseVersion{uid: "lease-1", rv: "20"})
+	behind, err = r.cacheBehindOwnWrites(context.Background(), lock, &mem, nil, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(behind).To(BeTrue(), "a cache that has not shown our Lease yet passed for one that caught up")
-	v, _ := r.expect.expectedLease(lock)
-	g.Expect(v.rv).To(Equal("30"), "the live version is what the cache must reach")
+	g.Expect(mem.leaseExpect.rv).To(Equal("30"), "the live version is what the cache must reach")
 }
 
 // updates is a client whose only call is Update, which it records.
@@ -90,10 +91,11 @@ func TestReleasingTheFinalizerWithdrawsTheView(t *testing.T) {
 	c := &updates{}
 	r := NewReconciler(c, nil, nil, Options{})
 	lock := types.NamespacedName{Namespace: "ns", Name: "x"}
-	r.views.set(lock, View{HeldEpoch: 41, deadline: time.Now().Add(time.Hour)})
+	r.memory.publishView(lock, View{HeldEpoch: 41, deadline: time.Now().Add(time.Hour)})
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x", Finalizers: []string{fkv1.LeaseFinalizer}}}
-	_, err := r.act(context.Background(), lock, gathered{lease: l}, action{kind: actReleaseFinalizer})
+	_, err := actOn(r, lock, gathered{lease: l}, action{kind: actReleaseFinalizer})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.n).To(Equal(1), "the finalizer was not released")
-	g.Expect(r.views.m).NotTo(HaveKey(lock))
+	_, vouched := r.memory.view(lock)
+	g.Expect(vouched).To(BeFalse())
 }

@@ -61,7 +61,7 @@ const (
 
 func init() {
 	metrics.Registry.MustRegister(grants, expirations, releases, forcedReleases, queueFullRejections, floorRepairs, lockConflicts, epochsExhausted, memoryLocks,
-		acquireWait, holdDuration, newQueueCollector(queues, clock.RealClock{}))
+		acquireWait, holdDuration, newQueueCollector(gaugeSources, clock.RealClock{}))
 	// Every series exists from the start (at zero), so /metrics shows every
 	// name and rate() sees the first hold that ends.
 	for _, ended := range []string{holdEndedReleased, holdEndedExpired, holdEndedSuperseded, holdEndedForced} {
@@ -115,29 +115,8 @@ func observeHoldEnded(g gathered, a action, now time.Time) {
 	holdDuration.WithLabelValues(label).Observe(max(now.Sub(since), 0).Seconds())
 }
 
-// Memory counts the locks each of the authority's in-memory maps holds.
-type Memory struct{ Clock, Floors, Views, Expectations, Uncertain int }
-
 // Memory returns what r holds in memory now.
-func (r *Reconciler) Memory() Memory {
-	var m Memory
-	r.clock.mu.Lock()
-	m.Clock = len(r.clock.seen)
-	r.clock.mu.Unlock()
-	r.floors.mu.Lock()
-	m.Floors = len(r.floors.floors)
-	r.floors.mu.Unlock()
-	r.views.mu.Lock()
-	m.Views = len(r.views.m)
-	r.views.mu.Unlock()
-	r.expect.mu.Lock()
-	m.Expectations = len(r.expect.written)
-	r.expect.mu.Unlock()
-	r.uncertain.mu.Lock()
-	m.Uncertain = len(r.uncertain.m)
-	r.uncertain.mu.Unlock()
-	return m
-}
+func (r *Reconciler) Memory() Memory { return r.memory.counts() }
 
 // reportMemory sets fencekeeper_authority_memory_locks from r's maps.
 func (r *Reconciler) reportMemory() {

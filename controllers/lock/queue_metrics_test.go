@@ -80,9 +80,9 @@ func gauges(t *testing.T, g prometheus.Gatherer, names ...string) map[string]flo
 func TestMetricsQueueCollector(t *testing.T) {
 	g := NewWithT(t)
 	fc := clocktesting.NewFakePassiveClock(t0.Add(100 * time.Second))
-	q := newQueueSummary()
+	q := &memory{locks: map[types.NamespacedName]*lockMemory{}}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(newQueueCollector(q, fc))
+	reg.MustRegister(newQueueCollector(only(q), fc))
 	names := []string{"fencekeeper_waiters", "fencekeeper_oldest_waiter_age_seconds", "fencekeeper_contended_locks"}
 	contendedKey := func(ns, lock string) string {
 		return fmt.Sprintf("fencekeeper_contended_locks{lock=%q,namespace=%q}", lock, ns)
@@ -94,7 +94,7 @@ func TestMetricsQueueCollector(t *testing.T) {
 
 	// 12 contended locks: lock-i has i waiters, the oldest created at t0+i s.
 	for i := 1; i <= 12; i++ {
-		q.set(types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("lock-%02d", i)}, i, t0.Add(time.Duration(i)*time.Second))
+		setWaiting(q, types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("lock-%02d", i)}, i, t0.Add(time.Duration(i)*time.Second))
 	}
 	want := map[string]float64{"fencekeeper_waiters": 78, "fencekeeper_oldest_waiter_age_seconds": 99}
 	for i := 12; i >= 3; i-- {
@@ -105,9 +105,9 @@ func TestMetricsQueueCollector(t *testing.T) {
 	// The age grows with the clock; a lock leaving the top 10 leaves the
 	// metric, and one entering it appears.
 	fc.SetTime(t0.Add(160 * time.Second))
-	q.forget(types.NamespacedName{Namespace: "ns", Name: "lock-01"})
-	q.set(types.NamespacedName{Namespace: "ns", Name: "lock-12"}, 0, time.Time{})
-	q.set(types.NamespacedName{Namespace: "other", Name: "hot"}, 50, t0.Add(150*time.Second))
+	remember(&Reconciler{memory: q}, types.NamespacedName{Namespace: "ns", Name: "lock-01"}, func(m *lockMemory) { m.forget(false) })
+	setWaiting(q, types.NamespacedName{Namespace: "ns", Name: "lock-12"}, 0, time.Time{})
+	setWaiting(q, types.NamespacedName{Namespace: "other", Name: "hot"}, 50, t0.Add(150*time.Second))
 	want = map[string]float64{"fencekeeper_waiters": 115, "fencekeeper_oldest_waiter_age_seconds": 158, contendedKey("other", "hot"): 50}
 	for i := 11; i >= 3; i-- {
 		want[contendedKey("ns", fmt.Sprintf("lock-%02d", i))] = float64(i)
@@ -115,12 +115,12 @@ func TestMetricsQueueCollector(t *testing.T) {
 	g.Expect(gauges(t, reg, names...)).To(Equal(want))
 
 	// Ties are broken by namespace and name, so the top 10 is stable.
-	q2 := newQueueSummary()
+	q2 := &memory{locks: map[types.NamespacedName]*lockMemory{}}
 	for i := 0; i < 30; i++ {
-		q2.set(types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("tie-%02d", i)}, 1, t0)
+		setWaiting(q2, types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("tie-%02d", i)}, 1, t0)
 	}
 	reg2 := prometheus.NewPedanticRegistry()
-	reg2.MustRegister(newQueueCollector(q2, fc))
+	reg2.MustRegister(newQueueCollector(only(q2), fc))
 	got := gauges(t, reg2, "fencekeeper_contended_locks")
 	g.Expect(got).To(HaveLen(contendedTop))
 	g.Expect(got).To(HaveKey(contendedKey("ns", "tie-00")))
@@ -136,28 +136,38 @@ func TestMetricsQueueCollector(t *testing.T) {
 func TestMetricsQueueSummaryFollowsTheDecision(t *testing.T) {
 	g := NewWithT(t)
 	r := NewReconciler(nil, nil, nil, Options{})
-	r.queue = newQueueSummary()
 	lock := types.NamespacedName{Namespace: "reports", Name: "report-2026-07"}
+	summarize := func(g gathered, a action) { remember(r, lock, func(m *lockMemory) { summarizeQueue(m, g, a) }) }
+	queued := func() (int, time.Time) {
+		m, _ := remembered(r, lock)
+		return m.waiting, m.oldestWaiter
+	}
 	w1 := claim("w1", 0, fkv1.PhaseHeld, 41)
 	old := claim("old", -5, fkv1.PhaseExpired, 40)
 	w2 := claim("w2", 2, fkv1.PhasePending, 0)
 	w3 := claim("w3", 3, "", 0) // not queued yet: it waits too
 	gath := gathered{snapshot: snapshot{ledger: held(41, "w1"), hasLease: true, claims: []*fkv1.FencedLease{w3, w1, old, w2}}}
 
-	r.summarizeQueue(lock, gath, action{kind: actKeep, holder: w1})
-	g.Expect(r.queue.locks).To(HaveKeyWithValue(lock, lockQueue{waiting: 2, oldest: w2.CreationTimestamp.Time}))
+	summarize(gath, action{kind: actKeep, holder: w1})
+	n, oldest := queued()
+	g.Expect(n).To(Equal(2))
+	g.Expect(oldest).To(Equal(w2.CreationTimestamp.Time))
 
-	r.summarizeQueue(lock, gath, action{kind: actGrant, holder: w2, end: holderReleased})
-	g.Expect(r.queue.locks).To(HaveKeyWithValue(lock, lockQueue{waiting: 1, oldest: w3.CreationTimestamp.Time}), "the grantee no longer waits")
+	summarize(gath, action{kind: actGrant, holder: w2, end: holderReleased})
+	n, oldest = queued()
+	g.Expect(n).To(Equal(1), "the grantee no longer waits")
+	g.Expect(oldest).To(Equal(w3.CreationTimestamp.Time))
 
 	gath.claims = []*fkv1.FencedLease{w1}
-	r.summarizeQueue(lock, gath, action{kind: actKeep, holder: w1})
-	g.Expect(r.queue.size()).To(Equal(0), "a lock without waiters has no entry")
+	summarize(gath, action{kind: actKeep, holder: w1})
+	n, _ = queued()
+	g.Expect(n).To(Equal(0), "a lock without waiters has no waiters in its summary")
 
-	r.queue.set(lock, 3, t0)
-	_, err := r.act(context.Background(), lock, gathered{}, action{kind: actIdle})
+	setWaiting(r.memory, lock, 3, t0)
+	_, err := actOn(r, lock, gathered{}, action{kind: actIdle})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(r.queue.size()).To(Equal(0), "a forgotten lock leaves the summary")
+	_, kept := remembered(r, lock)
+	g.Expect(kept).To(BeFalse(), "a forgotten lock leaves the summary")
 }
 
 // A grant observes its wait; an ended hold its duration, by how it ended.
@@ -224,8 +234,10 @@ func TestMetricsLongestHold(t *testing.T) {
 	fc := clocktesting.NewFakePassiveClock(t0.Add(100 * time.Second))
 	reg := prometheus.NewPedanticRegistry()
 	r := NewReconciler(nil, nil, nil, Options{})
-	r.queue = newQueueSummary()
-	reg.MustRegister(newQueueCollector(r.queue, fc))
+	reg.MustRegister(newQueueCollector(only(r.memory), fc))
+	summarize := func(lock types.NamespacedName, g gathered, a action) {
+		remember(r, lock, func(m *lockMemory) { summarizeQueue(m, g, a) })
+	}
 	longest := func() float64 {
 		return gauges(t, reg, "fencekeeper_longest_hold_seconds")["fencekeeper_longest_hold_seconds"]
 	}
@@ -237,16 +249,40 @@ func TestMetricsLongestHold(t *testing.T) {
 	g.Expect(longest()).To(BeZero(), "nothing held")
 
 	lease := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{AcquireTime: &metav1.MicroTime{Time: t0.Add(10 * time.Second)}}}
-	r.summarizeQueue(a, gathered{snapshot: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1}}, lease: lease}, action{kind: actKeep, holder: w1})
+	summarize(a, gathered{snapshot: snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1}}, lease: lease}, action{kind: actKeep, holder: w1})
 	g.Expect(longest()).To(Equal(90.0), "held since the Lease's acquireTime")
 
-	r.summarizeQueue(b, gathered{snapshot: snapshot{ledger: free(7), claims: []*fkv1.FencedLease{w2}, now: t0.Add(95 * time.Second)}}, action{kind: actGrant, holder: w2})
+	summarize(b, gathered{snapshot: snapshot{ledger: free(7), claims: []*fkv1.FencedLease{w2}, now: t0.Add(95 * time.Second)}}, action{kind: actGrant, holder: w2})
 	g.Expect(longest()).To(Equal(90.0), "the longest of the holds")
 
-	r.summarizeQueue(a, gathered{snapshot: snapshot{ledger: held(41, "w1"), claims: nil}}, action{kind: actFree, end: holderReleased})
+	summarize(a, gathered{snapshot: snapshot{ledger: held(41, "w1"), claims: nil}}, action{kind: actFree, end: holderReleased})
 	g.Expect(longest()).To(Equal(5.0), "a's hold ended: b's (granted 5 s ago) is the longest")
 
-	_, err := r.act(context.Background(), b, gathered{}, action{kind: actIdle})
+	_, err := actOn(r, b, gathered{}, action{kind: actIdle})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(longest()).To(BeZero(), "a forgotten lock holds nothing")
+}
+
+// only is a set of one memory, for a collector of its own.
+func only(m *memory) *memorySet { return &memorySet{set: map[*memory]struct{}{m: {}}} }
+
+// setWaiting records lock's waiters in m, as a reconcile would.
+func setWaiting(m *memory, lock types.NamespacedName, n int, oldest time.Time) {
+	remember(&Reconciler{memory: m}, lock, func(l *lockMemory) { l.waiting, l.oldestWaiter = n, oldest })
+}
+
+// Two authorities in one process that both know a lock report it once.
+func TestMetricsLockKnownToTwoAuthorities(t *testing.T) {
+	g := NewWithT(t)
+	fc := clocktesting.NewFakePassiveClock(t0.Add(100 * time.Second))
+	a := &memory{locks: map[types.NamespacedName]*lockMemory{}}
+	b := &memory{locks: map[types.NamespacedName]*lockMemory{}}
+	lock := types.NamespacedName{Namespace: "ns", Name: "busy"}
+	setWaiting(a, lock, 3, t0)
+	setWaiting(b, lock, 5, t0.Add(10*time.Second))
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(newQueueCollector(&memorySet{set: map[*memory]struct{}{a: {}, b: {}}}, fc))
+	got := gauges(t, reg, "fencekeeper_waiters", "fencekeeper_contended_locks")
+	g.Expect(got["fencekeeper_waiters"]).To(Equal(5.0))
+	g.Expect(got).To(HaveLen(2))
 }

@@ -2,8 +2,6 @@ package lock
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -52,11 +50,10 @@ type Options struct {
 	// paused past its lease resumes deciding on caches from before the
 	// pause, while its successor already acts). nil: no leader election.
 	Leadership Leadership
+	// Relists, when set, starts a new term whenever the Lease informer
+	// lists anew (see Relists); its NewInformer must be the cache's.
+	Relists *Relists
 }
-
-// Leadership tells whether this process's leader-election term is
-// certainly still its own (controllers.LeadershipLock).
-type Leadership interface{ Current() bool }
 
 // Reconciler is the lease authority for every lock: one reconcile per lock
 // (namespace + spec.lockName).
@@ -70,27 +67,15 @@ type Reconciler struct {
 	recorder       events.EventRecorder
 	foreignRecheck time.Duration
 	maxWaiters     int
-	leadership     Leadership
+	// clock is the monotonic clock expiry is measured on.
+	clock clock.PassiveClock
 
-	clock  *renewClock
-	floors *epochFloors
-	expect *writeExpectations
-	views  *views
-	// queue summarizes each lock's waiters for the waiter gauges.
-	queue *queueSummary
-	// revisions reads the storage revisions new ledgers start at.
-	revisions *revisionReader
-	// uncertain marks locks whose last Lease write may or may not have
-	// committed.
-	uncertain *uncertainWrites
-	// caughtUp is set once this term's CatchUp has read the Leases live,
-	// and cleared by EndTerm: outside that span no reconcile vouches for a
-	// holder and FreshView vouches for none (a new leader's cache may trail
-	// the previous leader's writes; a past leader's, the next one's).
-	caughtUp atomic.Bool
-	// foreign remembers locks blocked by a Lease fencekeeper does not manage
-	// (a set of types.NamespacedName), so their re-checks read live.
-	foreign sync.Map
+	// memory is what this process remembers per lock between reconciles.
+	memory *memory
+	// term is this process's term as the only authority (term.go).
+	term term
+	// floor is this term's epoch floor (floor.go).
+	floor *termFloor
 }
 
 // NewReconciler returns the lock authority.
@@ -108,11 +93,13 @@ func NewReconciler(c client.Client, apiReader client.Reader, recorder events.Eve
 		o.MaxWaiters = 0 // no limit
 	}
 	r := &Reconciler{
-		client: c, apiReader: apiReader, recorder: recorder, foreignRecheck: o.ForeignLeaseRecheck, maxWaiters: o.MaxWaiters, leadership: o.Leadership,
-		clock: newRenewClock(o.Clock), floors: newEpochFloors(), expect: newWriteExpectations(), views: newViews(),
-		queue: queues, uncertain: newUncertainWrites(),
+		client: c, apiReader: apiReader, recorder: recorder, foreignRecheck: o.ForeignLeaseRecheck, maxWaiters: o.MaxWaiters,
+		clock: o.Clock, memory: newMemory(), term: term{leadership: o.Leadership},
 	}
-	r.revisions = newRevisionReader(r.storageRevision)
+	r.floor = newTermFloor(r.storageRevision)
+	if o.Relists != nil {
+		o.Relists.subscribe(r.NewTerm)
+	}
 	return r
 }
 
@@ -132,8 +119,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("lock", lock.String()))
 	defer r.reportMemory()
 
-	caughtUp := r.caughtUp.Load()
-	g, err := r.gather(ctx, lock)
+	// One copy of the lock's memory, written back once, however the
+	// reconcile ends.
+	loaded := r.memory.load(lock)
+	mem := loaded
+	defer func() { r.memory.store(lock, loaded, mem) }()
+
+	caughtUp := r.term.caughtUp.Load()
+	g, err := r.gather(ctx, lock, &mem)
 	g.caughtUp = caughtUp
 	if err != nil {
 		return ctrl.Result{}, err
@@ -141,14 +134,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if g.cacheBehind {
 		return ctrl.Result{RequeueAfter: raceRetry}, nil
 	}
-	if g.revisionPending {
-		// Queued again by the revision reader; the timer only covers a
-		// lost wake-up.
+	var ok bool
+	if g.termFloor, ok = r.floor.get(lock); !ok {
+		// Nothing is decided before this term's floor is read; the lock is
+		// queued again when it is (the timer only covers a lost wake-up).
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	if g.lease == nil && g.foreign == "" && len(g.claims) > 0 {
+		// A new ledger: its Lease is created free first, and what is
+		// decided is then written as an update of that Lease.
+		created, err := r.createLedger(ctx, lock, &mem)
+		if created == nil || err != nil {
+			return ctrl.Result{RequeueAfter: raceRetry}, err
+		}
+		g.setLease(created, lock)
+	}
+	g.storageRevision = revisionOf(g.lease)
 	a := decide(g.snapshot)
-	r.summarizeQueue(lock, g, a)
-	return r.act(ctx, lock, g, a)
+	summarizeQueue(&mem, g, a)
+	return r.act(ctx, lock, g, a, &mem)
 }
 
 // SetupWithManager registers the claim index and the lock controller.
@@ -169,12 +173,12 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	managed := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetLabels()[fkv1.LabelManagedBy] == fkv1.ManagedByValue
 	})
-	if err := mgr.Add(r.revisions); err != nil {
+	if err := mgr.Add(r.floor); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("lock").
-		WatchesRawSource(source.Channel(r.revisions.ready, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(r.floor.ready, &handler.EnqueueRequestForObject{})).
 		Watches(&fkv1.FencedLease{}, handler.EnqueueRequestsFromMapFunc(claimToLock)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseToLock), builder.WithPredicates(managed)).
 		// A pod's readiness is the renewal of its lease.

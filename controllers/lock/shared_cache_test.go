@@ -54,7 +54,7 @@ func TestStatusPatchLeavesTheCachedClaimAlone(t *testing.T) {
 		`"managedFields":[{"manager":"reply"}]},"status":{"phase":"Pending"}}`}
 	r := NewReconciler(c, nil, events.NewFakeRecorder(10), Options{})
 
-	g.Expect(r.syncStatuses(context.Background(), []*fkv1.FencedLease{&shallow}, statusInputs{})).To(Succeed())
+	g.Expect(r.syncStatuses(context.Background(), &lockMemory{}, []*fkv1.FencedLease{&shallow}, statusInputs{})).To(Succeed())
 	g.Expect(shallow.ResourceVersion).To(Equal("11"), "the patched claim did not get the reply")
 	g.Expect(cached.Annotations).To(Equal(map[string]string{"a": "cached"}), "the reply was written into the cache's annotations")
 	g.Expect(cached.ManagedFields[0].Manager).To(Equal("cached"), "the reply was written into the cache's managedFields")

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/fencekeeper/fencekeeper/controllers"
+	"github.com/fencekeeper/fencekeeper/internal/manager"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
 
@@ -88,7 +88,7 @@ func startCluster(ctx context.Context, syncPeriod time.Duration) (*cluster, erro
 		// The only manager: its webhook answers from its cache while the
 		// authority vouches, as the chart's leader does.
 		"--single-authority")
-	c.lockWorkers = controllers.DefaultConcurrency
+	c.lockWorkers = manager.DefaultConcurrency
 	if v := os.Getenv("BENCH_LOCK_CONCURRENCY"); v != "" {
 		// Measure another --lock-concurrency than the manager's default.
 		c.manager.Args = append(c.manager.Args, "--lock-concurrency", v)

@@ -112,7 +112,7 @@ func (b *bed) bindingsSettle() {
 	// The mutating binding comes only once every apiserver proved the
 	// validating one in force (alone, it would consume tokens nothing
 	// checks); it records which validating binding was proven
-	// (controllers/celbinding tests the ordering itself).
+	// (controllers/celmode tests the ordering itself).
 	var m admissionregistrationv1.MutatingAdmissionPolicyBinding
 	if err := b.admin.Get(ctx, key, &m); err != nil {
 		b.t.Fatal(err)

@@ -1232,7 +1232,7 @@ func policiesPutBack(t *testing.T, b *bed) {
 // celLeftovers: a switch from CEL mode to webhook mode leaves the policies
 // and bindings the CEL-mode manager applied (Helm did not). Left in place,
 // the mutating policy would consume each write's token before the webhook
-// saw it; a webhook-mode manager removes them (controllers/celcleanup),
+// saw it; a webhook-mode manager removes them (controllers/celmode),
 // and the holder's writes pass again.
 func celLeftovers(t *testing.T, b *bed) {
 	ctx := context.Background()

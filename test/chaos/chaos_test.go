@@ -26,7 +26,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/fencekeeper/fencekeeper/controllers"
+	"github.com/fencekeeper/fencekeeper/internal/manager"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 	"github.com/fencekeeper/fencekeeper/webhook"
@@ -391,7 +391,7 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 		// loses it exits, and is started again below.
 		procArgs = append(procArgs, "--leader-elect", "--leader-election-namespace="+envtestutil.ManagerNamespace,
 			"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms")
-		secondOpts.LeaderElection = &types.NamespacedName{Namespace: envtestutil.ManagerNamespace, Name: controllers.LeaderElectionID}
+		secondOpts.LeaderElection = &types.NamespacedName{Namespace: envtestutil.ManagerNamespace, Name: manager.LeaderElectionID}
 		secondOpts.SingleAuthority = true
 	}
 	proc, err := envtestutil.StartManagerProcessVia(ctx, env.Env, admin, dir, logs, proxy, procArgs...)

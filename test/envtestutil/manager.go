@@ -15,13 +15,13 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/fencekeeper/fencekeeper/controllers"
 	"github.com/fencekeeper/fencekeeper/controllers/lock"
+	"github.com/fencekeeper/fencekeeper/internal/manager"
 	"github.com/fencekeeper/fencekeeper/webhook"
 )
 
 // Scheme knows the built-in kinds and fencekeeper's.
-func Scheme() *runtime.Scheme { return controllers.Scheme() }
+func Scheme() *runtime.Scheme { return manager.Scheme() }
 
 // ManagerOptions configure an in-process manager.
 type ManagerOptions struct {
@@ -73,17 +73,18 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 	if o.WrapTransport != nil {
 		mcfg.WrapTransport = o.WrapTransport
 	}
+	relists := lock.NewRelists()
 	opts := ctrl.Options{
 		Scheme:                 Scheme(),
-		Cache:                  controllers.CacheOptions(),
+		Cache:                  manager.CacheOptions(relists),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	}
-	var leadership *controllers.LeadershipLock
+	var leadership *manager.LeadershipLock
 	if le := o.LeaderElection; le != nil {
 		leaseDuration, renewDeadline, retryPeriod := 4*time.Second, 3*time.Second, 200*time.Millisecond
 		var err error
-		if leadership, err = controllers.NewLeaderElectionLock(mcfg, le.Namespace, le.Name, renewDeadline, nil); err != nil {
+		if leadership, err = manager.NewLeaderElectionLock(mcfg, le.Namespace, le.Name, renewDeadline, nil); err != nil {
 			return nil, err
 		}
 		opts.LeaderElection, opts.LeaderElectionReleaseOnCancel, opts.LeaderElectionResourceLockInterface = true, true, leadership
@@ -109,17 +110,17 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var authority *lock.Reconciler
-	wiring := controllers.Options{
+	wiring := manager.Options{
 		OnAuthority: func(r *lock.Reconciler) { authority = r },
 		Concurrency: 4, ForeignLeaseRecheck: o.ForeignLeaseRecheck, Webhook: o.Webhook != nil, ForTests: true,
 		ExpiredClaimRetention: o.ExpiredClaimRetention, MaxWaitersPerLock: o.MaxWaitersPerLock,
 		FencingMode: fencingMode(o.CEL), Guarded: o.CEL, ExcludedNamespaces: []string{"kube-system", ManagerNamespace},
-		SingleAuthority: o.SingleAuthority,
+		SingleAuthority: o.SingleAuthority, Relists: relists,
 	}
 	if leadership != nil {
 		wiring.Leadership = leadership
 	}
-	if err := controllers.Setup(ctx, mgr, wiring); err != nil {
+	if err := manager.Setup(ctx, mgr, wiring); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -144,9 +145,9 @@ func StartManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 
 func fencingMode(cel []webhook.GuardedResource) string {
 	if len(cel) > 0 {
-		return controllers.FencingModeCEL
+		return manager.FencingModeCEL
 	}
-	return controllers.FencingModeWebhook
+	return manager.FencingModeWebhook
 }
 
 // Exited reports whether the manager has stopped by itself (under leader

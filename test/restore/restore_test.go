@@ -31,14 +31,21 @@ import (
 func TestRestore(t *testing.T) {
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	t.Run("with --bump-revision: a lock used after the snapshot starts above its old epochs", func(t *testing.T) {
-		before, after := restoreAndGrant(t, true)
+		before, after, inSnapshot := restoreAndGrant(t, true)
 		t.Logf("highest epoch before the restore %d, first after it %d", before, after)
 		if after <= before {
 			t.Fatalf("epoch %d granted after the restore is not above %d, issued before it: a holder from before the restore could present it", after, before)
 		}
+		// A lock whose Lease the snapshot holds comes back with the counter
+		// it had then, below the epochs it issued after it: the term's
+		// floor keeps its next grant above them.
+		t.Logf("lock in the snapshot: highest epoch before the restore %d, first after it %d", inSnapshot[0], inSnapshot[1])
+		if inSnapshot[1] <= inSnapshot[0] {
+			t.Fatalf("epoch %d granted after the restore on a lock whose Lease the snapshot holds is not above %d, issued before it", inSnapshot[1], inSnapshot[0])
+		}
 	})
 	t.Run("without --bump-revision (the control): the same lock would reuse an epoch", func(t *testing.T) {
-		before, after := restoreAndGrant(t, false)
+		before, after, _ := restoreAndGrant(t, false)
 		t.Logf("highest epoch before the restore %d, first after it %d (reused)", before, after)
 		if after > before {
 			t.Fatalf("epoch %d after a restore without the bump is above %d: this control no longer shows why the bump is needed", after, before)
@@ -49,8 +56,9 @@ func TestRestore(t *testing.T) {
 // restoreAndGrant snapshots etcd, issues epochs on a lock created after the
 // snapshot, restores the snapshot (optionally bumping the revision), and
 // grants that lock again with a new manager: it returns the highest epoch
-// issued before the restore and the first one after it.
-func restoreAndGrant(t *testing.T, bump bool) (int64, int64) {
+// issued before the restore and the first one after it, and the same for a
+// lock whose Lease the snapshot holds.
+func restoreAndGrant(t *testing.T, bump bool) (int64, int64, [2]int64) {
 	ctx := context.Background()
 	env, err := envtestutil.New()
 	if err != nil {
@@ -111,9 +119,10 @@ func restoreAndGrant(t *testing.T, bump bool) (int64, int64) {
 			t.Fatal(err)
 		}
 	}
-	var last int64
+	var last, lastInSnapshot int64
 	for i := 1; i <= 5; i++ {
 		last = grant(t, c, ns, "report-2026-07", fmt.Sprintf("w%d", i))
+		lastInSnapshot = grant(t, c, ns, "warm-up", fmt.Sprintf("w0-%d", i))
 	}
 	if err := mgr.Stop(); err != nil {
 		t.Fatal(err)
@@ -172,7 +181,8 @@ func restoreAndGrant(t *testing.T, bump bool) (int64, int64) {
 		t.Fatal(err)
 	}
 	defer func() { _ = mgr2.Stop() }()
-	return last, grant(t, c, ns, "report-2026-07", "after-restore")
+	after := grant(t, c, ns, "report-2026-07", "after-restore")
+	return last, after, [2]int64{lastInSnapshot, grant(t, c, ns, "warm-up", "w0-after-restore")}
 }
 
 func grant(t *testing.T, c client.Client, ns, lock, name string) int64 {

@@ -3,7 +3,7 @@
 // ValidatingAdmissionPolicies evaluated inside the apiserver, with no webhook
 // hop. The manager applies the policies (Install) and keeps three bindings
 // per lock name whose parameter is the lock's Lease (Bindings, kept in line
-// by controllers/celbinding).
+// by controllers/celmode).
 //
 // The policies live in policies.yaml; webhook/fencing.Decide is the same
 // table in Go, and test/celmode runs one rule table against both modes.

@@ -1,0 +1,161 @@
+package lock
+
+import (
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// contendedTop is how many locks fencekeeper_contended_locks reports: the
+// most contended only, so its cardinality stays bounded.
+const contendedTop = 10
+
+// summarizeQueue records the lock's waiters as the action leaves them: the
+// claims that may still be granted, less the one this action grants.
+func summarizeQueue(m *lockMemory, g gathered, a action) {
+	n, oldest := 0, time.Time{}
+	for _, c := range g.claims {
+		if !grantable(c, g.ledger) || (a.kind == actGrant && a.holder != nil && c.UID == a.holder.UID) {
+			continue
+		}
+		n++
+		if t := c.CreationTimestamp.Time; oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	m.waiting, m.oldestWaiter = n, oldest
+	m.heldSince = holdStart(g, a)
+}
+
+// holdStart is when the hold the action leaves began: now for a grant, the
+// Lease's acquireTime (or the claim's) for a kept holder, zero when free.
+func holdStart(g gathered, a action) time.Time {
+	switch {
+	case a.holder == nil:
+		return time.Time{}
+	case a.kind == actGrant:
+		return g.now
+	case g.lease != nil && g.lease.Spec.AcquireTime != nil:
+		return g.lease.Spec.AcquireTime.Time
+	case a.holder.Status.AcquireTime != nil:
+		return a.holder.Status.AcquireTime.Time
+	}
+	return g.now
+}
+
+var (
+	waitersDesc = prometheus.NewDesc("fencekeeper_waiters",
+		"Claims waiting (Pending) across the locks this authority knows.", nil, nil)
+	oldestWaiterDesc = prometheus.NewDesc("fencekeeper_oldest_waiter_age_seconds",
+		"Age of the oldest waiting claim (from its creationTimestamp); 0 when nobody waits.", nil, nil)
+	longestHoldDesc = prometheus.NewDesc("fencekeeper_longest_hold_seconds",
+		"How long the longest current hold has lasted (since its grant) across the locks this authority knows; 0 when nothing is held.", nil, nil)
+	contendedDesc = prometheus.NewDesc("fencekeeper_contended_locks",
+		"Waiting claims of the 10 most contended locks (only those: bounded cardinality).", []string{"namespace", "lock"}, nil)
+)
+
+// queueCollector computes the waiter and hold gauges from the authorities'
+// memories on each scrape: fencekeeper_contended_locks carries the current
+// top 10 only, so a lock that stops being contended disappears from it.
+type queueCollector struct {
+	sources *memorySet
+	clock   clock.PassiveClock
+}
+
+func newQueueCollector(sources *memorySet, c clock.PassiveClock) *queueCollector {
+	return &queueCollector{sources: sources, clock: c}
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- waitersDesc
+	ch <- oldestWaiterDesc
+	ch <- longestHoldDesc
+	ch <- contendedDesc
+}
+
+type contended struct {
+	lock    types.NamespacedName
+	waiting int
+}
+
+// more orders by waiters (most first), then by namespace and name.
+func (a contended) more(b contended) bool {
+	if a.waiting != b.waiting {
+		return a.waiting > b.waiting
+	}
+	if a.lock.Namespace != b.lock.Namespace {
+		return a.lock.Namespace < b.lock.Namespace
+	}
+	return a.lock.Name < b.lock.Name
+}
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	// Several authorities in one process (tests) may know the same lock:
+	// each lock counts once, as the authority that saw the most waiters
+	// and the earliest hold shows it.
+	type summary struct {
+		waiting           int
+		oldest, heldSince time.Time
+	}
+	locks := map[types.NamespacedName]summary{}
+	c.sources.each(func(m *memory) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for lock, l := range m.locks {
+			if l.waiting <= 0 && l.heldSince.IsZero() {
+				continue
+			}
+			s := locks[lock]
+			if l.waiting > s.waiting {
+				s.waiting, s.oldest = l.waiting, l.oldestWaiter
+			}
+			if !l.heldSince.IsZero() && (s.heldSince.IsZero() || l.heldSince.Before(s.heldSince)) {
+				s.heldSince = l.heldSince
+			}
+			locks[lock] = s
+		}
+	})
+	total, oldest, longest := 0, time.Time{}, time.Time{}
+	top := make([]contended, 0, contendedTop+1)
+	for lock, s := range locks {
+		if !s.heldSince.IsZero() && (longest.IsZero() || s.heldSince.Before(longest)) {
+			longest = s.heldSince
+		}
+		if s.waiting <= 0 {
+			continue
+		}
+		total += s.waiting
+		if oldest.IsZero() || s.oldest.Before(oldest) {
+			oldest = s.oldest
+		}
+		e := contended{lock: lock, waiting: s.waiting}
+		if len(top) == contendedTop && !e.more(top[contendedTop-1]) {
+			continue
+		}
+		i := sort.Search(len(top), func(i int) bool { return e.more(top[i]) })
+		top = append(top, contended{})
+		copy(top[i+1:], top[i:])
+		top[i] = e
+		if len(top) > contendedTop {
+			top = top[:contendedTop]
+		}
+	}
+
+	held := 0.0
+	if !longest.IsZero() {
+		held = max(c.clock.Now().Sub(longest), 0).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(longestHoldDesc, prometheus.GaugeValue, held)
+	age := 0.0
+	if !oldest.IsZero() {
+		age = max(c.clock.Now().Sub(oldest), 0).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(waitersDesc, prometheus.GaugeValue, float64(total))
+	ch <- prometheus.MustNewConstMetric(oldestWaiterDesc, prometheus.GaugeValue, age)
+	for _, e := range top {
+		ch <- prometheus.MustNewConstMetric(contendedDesc, prometheus.GaugeValue, float64(e.waiting), e.lock.Namespace, e.lock.Name)
+	}
+}

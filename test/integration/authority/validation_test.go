@@ -1,0 +1,67 @@
+package authority_test
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+)
+
+var _ = Describe("FencedLease validation by the apiserver", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	DescribeTable("rejects invalid specs with a clear message",
+		func(lock, holder string, ttl *int32, want string) {
+			c := newClaim(ns, "bad", lock, holder, 1)
+			c.Spec.LeaseDurationSeconds = ttl
+			err := k8s.Create(ctx, c)
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(want))
+		},
+		Entry("lockName not DNS-1123", "Bad_Name", "W1", nil, "spec.lockName"),
+		Entry("lockName too long for a label value", string(make([]byte, 0))+"a23456789012345678901234567890123456789012345678901234567890abcd", "W1", nil, "spec.lockName"),
+		Entry("empty holder", "report", "", nil, "spec.holderIdentity"),
+		Entry("TTL 0", "report", "W1", ptr.To(int32(0)), "spec.leaseDurationSeconds"),
+		Entry("TTL 10^6", "report", "W1", ptr.To(int32(1000000)), "spec.leaseDurationSeconds"),
+	)
+
+	It("defaults the TTL to 15 seconds", func() {
+		c := newClaim(ns, "ok", "report", "W1", 1)
+		c.Spec.LeaseDurationSeconds = nil
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		Expect(*getClaim(ns, "ok").Spec.LeaseDurationSeconds).To(Equal(int32(15)))
+	})
+
+	It("keeps lockName and holderIdentity immutable", func() {
+		c := createClaim(ns, "imm", "report", "W1", 30)
+		c.Spec.LockName = "other"
+		err := k8s.Update(ctx, c)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("lockName is immutable"))
+		c = getClaim(ns, "imm")
+		c.Spec.HolderIdentity = "W2"
+		err = k8s.Update(ctx, c)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("holderIdentity is immutable"))
+	})
+
+	It("keeps the TTL of a claim immutable, including a Held one, whatever the write", func() {
+		m := startManager(0)
+		DeferCleanup(m.Stop)
+		c := createClaim(ns, "ttl", "report-ttl", "W1", 60)
+		eventuallyPhase(ns, "ttl", fkv1.PhaseHeld)
+		c = getClaim(ns, "ttl")
+		c.Spec.LeaseDurationSeconds = ptr.To(int32(1))
+		err := k8s.Update(ctx, c)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("leaseDurationSeconds is immutable"))
+		err = k8s.Patch(ctx, getClaim(ns, "ttl"), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"leaseDurationSeconds":null}}`)))
+		Expect(err).To(HaveOccurred(), "removing the field would default it to 15")
+		Expect(*getClaim(ns, "ttl").Spec.LeaseDurationSeconds).To(Equal(int32(60)))
+		Expect(getClaim(ns, "ttl").Status.Phase).To(Equal(fkv1.PhaseHeld))
+	})
+})
