@@ -20,6 +20,12 @@ func (r *Reconciler) recordClaimTransition(ctx context.Context, c *fkv1.FencedLe
 	if transition == "" {
 		return
 	}
+	if transition == fkv1.ReasonQueued {
+		// Queueing is the Pending phase and its condition, not an Event:
+		// an Event per waiter would cost a write per claim of a long queue.
+		log.FromContext(ctx).V(1).Info("claim "+transition, "claim", c.Name, "holder", c.Spec.HolderIdentity)
+		return
+	}
 	log.FromContext(ctx).Info("claim "+transition, "claim", c.Name, "holder", c.Spec.HolderIdentity,
 		"epoch", c.Status.Epoch, "phase", c.Status.Phase)
 	var related runtime.Object // a typed nil would not be nil here
@@ -44,9 +50,6 @@ func (r *Reconciler) recordClaimTransition(ctx context.Context, c *fkv1.FencedLe
 	case fkv1.ReasonNoIdentity:
 		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Queue",
 			"%s", noIdentityMessage(c.Spec.LockName))
-	case fkv1.ReasonQueued:
-		r.recorder.Eventf(c, related, corev1.EventTypeNormal, transition, "Queue",
-			"Queued for lock %s", c.Spec.LockName)
 	case fkv1.ReasonExpired:
 		r.recorder.Eventf(c, related, corev1.EventTypeWarning, transition, "Expire",
 			"Lease with epoch %d on lock %s expired: no renewal observed for %ds", c.Status.Epoch, c.Spec.LockName, c.LeaseDurationSeconds())

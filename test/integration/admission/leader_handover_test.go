@@ -119,7 +119,11 @@ func leaderHandover(leaseUnseen bool) {
 
 	By("B's cache delivers W1's renewal, and not yet the grant to W2")
 	if leaseUnseen {
-		// First the Lease's creation, reconciled on its own.
+		// First the Lease's creation (free, as every new ledger starts),
+		// then W1's grant, each reconciled on its own.
+		leases.Step(1)
+		Eventually(func() string { return cachedLease(b, key).ResourceVersion }, 10*time.Second, 20*time.Millisecond).ShouldNot(BeEmpty())
+		time.Sleep(500 * time.Millisecond)
 		leases.Step(1)
 		Eventually(func() string { return cachedLease(b, key).ResourceVersion }, 10*time.Second, 20*time.Millisecond).Should(Equal(granted.ResourceVersion))
 		time.Sleep(500 * time.Millisecond)
