@@ -54,9 +54,12 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 
 	lease := g.lease
 	if a.kind.writesLease() {
-		if !r.term.leading() {
+		if !r.term.leading() || !r.floor.current(g.term) {
 			// This term is not certainly ours (a leader that resumed from a
-			// pause past its lease): decide again once it is, or never.
+			// pause past its lease), or a new one began since this
+			// reconcile read its floor (the Lease informer relisted, or its
+			// watch ended: perhaps an etcd restore): decide again in the
+			// current term, or never.
 			r.memory.publishView(lock, View{})
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
@@ -87,6 +90,8 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 				replaced = g.lease.ResourceVersion
 			}
 			mem.markUncertain(replaced)
+			// The epoch may have been issued: never issue it again.
+			mem.raiseFloor(a.epoch)
 			r.memory.publishView(lock, View{}) // a repair keeps its view up to the write
 			return ctrl.Result{}, fmt.Errorf("writing Lease %s: %w", lock, err)
 		}
@@ -317,8 +322,8 @@ func (r *Reconciler) syncStatuses(ctx context.Context, mem *lockMemory, claims [
 // whose create succeeded. It returns nil when the Lease was not created:
 // another writer made it first (a foreign Lease, remembered, or ours not
 // yet in the cache), or this term is not certainly this process's.
-func (r *Reconciler) createLedger(ctx context.Context, lock types.NamespacedName, mem *lockMemory) (*coordinationv1.Lease, error) {
-	if !r.term.leading() {
+func (r *Reconciler) createLedger(ctx context.Context, lock types.NamespacedName, term uint64, mem *lockMemory) (*coordinationv1.Lease, error) {
+	if !r.term.leading() || !r.floor.current(term) {
 		return nil, nil
 	}
 	l := leaseAfter(lock, nil, fkv1.Ledger{}, action{kind: actRepair}, metav1.NewMicroTime(r.clock.Now()))

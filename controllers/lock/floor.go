@@ -47,16 +47,24 @@ func newTermFloor(read func(context.Context) (int64, error)) *termFloor {
 		waiting: map[types.NamespacedName]struct{}{}}
 }
 
-// get returns the current term's floor, or false when it has not been read
-// yet (lock is queued again when it has).
-func (f *termFloor) get(lock types.NamespacedName) (int64, bool) {
+// get returns the current term's floor and number, or false when its floor
+// has not been read yet (lock is queued again when it has).
+func (f *termFloor) get(lock types.NamespacedName) (int64, uint64, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.term != 0 && f.floorTerm == f.term {
-		return f.floor, true
+		return f.floor, f.term, true
 	}
 	f.waiting[lock] = struct{}{}
-	return 0, false
+	return 0, 0, false
+}
+
+// current reports whether term is still the current one: a Lease write
+// decided in an earlier term is not sent.
+func (f *termFloor) current(term uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return term == f.term
 }
 
 // newTerm starts a term: until its floor is read, nothing is granted.

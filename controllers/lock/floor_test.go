@@ -18,21 +18,21 @@ import (
 func TestTermFloorIsReadAfterTheTermStarts(t *testing.T) {
 	f, calls := startManualFloor(t)
 	a := types.NamespacedName{Namespace: "ns", Name: "a"}
-	if _, ok := f.get(a); ok {
+	if _, _, ok := f.get(a); ok {
 		t.Fatal("a floor before any read")
 	}
 	first := <-calls // the read of the first term is in flight
 	f.newTerm()      // the informer relisted
 	first <- 100
 	second := <-calls
-	if floor, ok := f.get(a); ok {
+	if floor, _, ok := f.get(a); ok {
 		t.Fatalf("floor %d from a read that started before the term", floor)
 	}
 	second <- 200
 	if woken := waitFloorReady(t, f); woken != a {
 		t.Fatalf("woke %v", woken)
 	}
-	if floor, ok := f.get(a); !ok || floor != 200 {
+	if floor, term, ok := f.get(a); !ok || floor != 200 || !f.current(term) {
 		t.Fatalf("got %d %v, want 200", floor, ok)
 	}
 	// The floor holds for the term: no read per grant.
@@ -55,14 +55,14 @@ func TestTermFloorRetriesAFailedRead(t *testing.T) {
 		return 7, nil
 	})
 	a := types.NamespacedName{Namespace: "ns", Name: "a"}
-	if _, ok := f.get(a); ok {
+	if _, _, ok := f.get(a); ok {
 		t.Fatal("a floor before the term started")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = f.Start(ctx) }()
 	waitFloorReady(t, f)
-	if floor, ok := f.get(a); !ok || floor != 7 {
+	if floor, _, ok := f.get(a); !ok || floor != 7 {
 		t.Fatalf("got %d %v; want 7", floor, ok)
 	}
 }
@@ -117,4 +117,38 @@ func startManualFloor(t *testing.T) (*termFloor, chan chan int64) {
 	t.Cleanup(cancel)
 	go func() { _ = f.Start(ctx) }()
 	return f, calls
+}
+
+// A reconcile that read its floor in one term sends no Lease write once
+// another term has begun (perhaps an etcd restore its cache and floor
+// predate): it decides again in the new term.
+func TestNoLeaseWriteAfterTheTermChanged(t *testing.T) {
+	f, calls := startManualFloor(t)
+	(<-calls) <- 100
+	a := types.NamespacedName{Namespace: "ns", Name: "a"}
+	var term uint64
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var ok bool
+		if _, term, ok = f.get(a); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no floor")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r := NewReconciler(nil, nil, nil, Options{})
+	r.floor = f
+	f.newTerm()
+	for _, kind := range []actionKind{actGrant, actFree, actRepair} {
+		w := claim("w2", 2, fkv1.PhasePending, 0)
+		// The reconciler has no client: a write would panic.
+		res, err := actOn(r, a, gathered{term: term}, action{kind: kind, holder: w, epoch: 101})
+		if err != nil || res.RequeueAfter <= 0 {
+			t.Fatalf("%v: %v %v", kind, res, err)
+		}
+	}
+	if l, err := r.createLedger(context.Background(), a, term, &lockMemory{}); l != nil || err != nil {
+		t.Fatalf("a free Lease created in an old term: %v %v", l, err)
+	}
 }

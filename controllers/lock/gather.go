@@ -37,6 +37,9 @@ type gathered struct {
 	// uncertain: this process's last Lease write is still of unknown
 	// outcome; nothing is vouched for until it is settled.
 	uncertain bool
+	// term is the term whose floor this reconcile read: its Lease writes
+	// are sent only while that term lasts.
+	term uint64
 }
 
 // gather reads the lock's claims and Lease from the informer cache, reading

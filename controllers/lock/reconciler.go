@@ -121,11 +121,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	// One copy of the lock's memory, written back once, however the
 	// reconcile ends.
+	// Whether this term may vouch is read before the memory: a term's
+	// CatchUp records its expectations before it lets reconciles vouch, so
+	// a reconcile that sees the term caught up also sees them.
+	caughtUp := r.term.caughtUp.Load()
 	loaded := r.memory.load(lock)
 	mem := loaded
 	defer func() { r.memory.store(lock, loaded, mem) }()
 
-	caughtUp := r.term.caughtUp.Load()
 	g, err := r.gather(ctx, lock, &mem)
 	g.caughtUp = caughtUp
 	if err != nil {
@@ -135,7 +138,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: raceRetry}, nil
 	}
 	var ok bool
-	if g.termFloor, ok = r.floor.get(lock); !ok {
+	if g.termFloor, g.term, ok = r.floor.get(lock); !ok {
 		// Nothing is decided before this term's floor is read; the lock is
 		// queued again when it is (the timer only covers a lost wake-up).
 		return ctrl.Result{RequeueAfter: time.Second}, nil
@@ -143,7 +146,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if g.lease == nil && g.foreign == "" && len(g.claims) > 0 {
 		// A new ledger: its Lease is created free first, and what is
 		// decided is then written as an update of that Lease.
-		created, err := r.createLedger(ctx, lock, &mem)
+		created, err := r.createLedger(ctx, lock, g.term, &mem)
 		if created == nil || err != nil {
 			return ctrl.Result{RequeueAfter: raceRetry}, err
 		}

@@ -13,11 +13,15 @@ import (
 )
 
 // Relists tells the authority when the manager's Lease informer lists the
-// Leases anew: an etcd restored from a snapshot breaks every watch, and the
-// informer's relist brings back Leases whose counters the restore set back.
-// Each relist starts a new term of the authority (termFloor): nothing is
-// granted until that term's floor is read. Pass NewInformer as the cache's
-// cache.Options.NewInformer and the same Relists in Options.
+// Leases anew, or its watch ends: an etcd restored from a snapshot breaks
+// every watch, and the informer's relist brings back Leases whose counters
+// the restore set back. Each starts a new term of the authority
+// (termFloor): nothing is granted until that term's floor is read, so no
+// grant is decided on a cache from before a restore with a floor from
+// before it while the informer waits to relist. (A watch also ends when
+// its server-side timeout passes, every few minutes: one list of one Lease
+// each time.) Pass NewInformer as the cache's cache.Options.NewInformer
+// and the same Relists in Options.
 type Relists struct {
 	mu     sync.Mutex
 	notify []func()
@@ -56,9 +60,45 @@ func (r *Relists) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object, r
 				if o.SendInitialEvents != nil && *o.SendInitialEvents {
 					r.relisted()
 				}
-				return inner.WatchWithContext(ctx, o)
+				w, err := inner.WatchWithContext(ctx, o)
+				if err != nil {
+					return w, err
+				}
+				return r.untilEnd(w), nil
 			},
 		}
 	}
 	return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
 }
+
+// untilEnd is w, reporting when it ends (closed by the server, broken, or
+// stopped) as the start of a new term.
+func (r *Relists) untilEnd(w watch.Interface) watch.Interface {
+	e := &endingWatch{inner: w, out: make(chan watch.Event), done: make(chan struct{})}
+	go func() {
+		defer r.relisted()
+		defer close(e.out)
+		for ev := range w.ResultChan() {
+			select {
+			case e.out <- ev:
+			case <-e.done:
+				return
+			}
+		}
+	}()
+	return e
+}
+
+type endingWatch struct {
+	inner watch.Interface
+	out   chan watch.Event
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (e *endingWatch) Stop() {
+	e.once.Do(func() { close(e.done) })
+	e.inner.Stop()
+}
+
+func (e *endingWatch) ResultChan() <-chan watch.Event { return e.out }

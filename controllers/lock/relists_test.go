@@ -55,19 +55,39 @@ func TestRelistsStartATerm(t *testing.T) {
 	// informer lists again.
 	w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old resource version"})
 	select {
-	case <-watches:
+	case w = <-watches:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the informer never watched again")
 	}
 	if lists.Load() < 3 {
 		t.Fatal("the informer did not relist: this test shows nothing")
 	}
-	r.floor.mu.Lock()
-	terms := r.floor.term - before
-	r.floor.mu.Unlock()
-	if terms != uint64(lists.Load()) {
-		t.Fatalf("%d lists started %d terms", lists.Load(), terms)
+	termsNow := func() uint64 {
+		r.floor.mu.Lock()
+		defer r.floor.mu.Unlock()
+		return r.floor.term - before
 	}
+	// Each list, and the broken watch's end, started a term.
+	if terms := termsNow(); terms < uint64(lists.Load())+1 {
+		t.Fatalf("%d lists and a broken watch started %d terms", lists.Load(), terms)
+	}
+
+	// A watch that merely ends (its server-side timeout) starts a term too:
+	// the informer watches again from where it was, without a list.
+	listed, terms := lists.Load(), termsNow()
+	w.Stop()
+	select {
+	case <-watches:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the informer never watched again")
+	}
+	if termsNow() <= terms {
+		t.Fatal("a watch that ended started no term")
+	}
+	if lists.Load() != listed {
+		t.Log("the informer listed again after a watch ended")
+	}
+	terms = termsNow()
 
 	// A pod informer's lists are not the Lease informer's.
 	podLists := &toolscache.ListWatch{
@@ -84,9 +104,7 @@ func TestRelistsStartATerm(t *testing.T) {
 	inf := relists.NewInformer(podLists, &corev1.Pod{}, 0, toolscache.Indexers{})
 	go inf.RunWithContext(ctx)
 	toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced)
-	r.floor.mu.Lock()
-	defer r.floor.mu.Unlock()
-	if r.floor.term-before != terms {
-		t.Fatal("a pod list started a term")
+	if termsNow() != terms {
+		t.Fatal("a pod informer started a term")
 	}
 }
