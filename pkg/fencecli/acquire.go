@@ -2,19 +2,18 @@ package fencecli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 )
 
 type acquireFlags struct {
-	holder, requestID, output string
-	ttl, wait                 time.Duration
+	holder, requestID string
+	ttl, wait         time.Duration
 }
 
 func (f *acquireFlags) bind(cmd *cobra.Command) {
@@ -42,7 +41,8 @@ func (f *acquireFlags) context(parent context.Context) (context.Context, context
 	return context.WithCancel(parent)
 }
 
-// result is what acquire prints with -o json|yaml.
+// result is what acquire prints with -o json|yaml (and what -o jsonpath
+// and go-template see).
 type result struct {
 	Namespace string `json:"namespace"`
 	Lock      string `json:"lock"`
@@ -55,25 +55,28 @@ type result struct {
 
 func newAcquireCommand(o *options) *cobra.Command {
 	f := &acquireFlags{}
+	pf := newPrintFlags(false)
 	cmd := &cobra.Command{
-		Use:   "acquire LOCK [--holder ID] [--ttl 15s] [--wait 30s] [-o json|yaml]",
+		Use:   "acquire LOCK [--holder ID] [--ttl 15s] [--wait 30s] [-o json|yaml|name|jsonpath=...]",
 		Short: "Wait for the lock and print the epoch and the claim name",
 		Long: `acquire queues for LOCK, waits until it holds it and prints the epoch and
 the claim name on one line: "EPOCH CLAIM" (the epoch stays the first word;
--o json|yaml prints the whole result).
+-o json|yaml prints the whole result, -o jsonpath='{.epoch}' one field of
+it, -o name the claim as fencedlease.fencekeeper.io/CLAIM).
 
 The lease is not renewed after this command exits: it expires after --ttl
 unless your process renews the backing Lease (or use 'kubectl fence run').
 Release it early with 'kubectl fence release CLAIM' or
 'kubectl fence release --lock LOCK --holder ID'.`,
 		Example: `  kubectl fence acquire -n reports report-2026-07 --holder W1 --ttl 60s --wait 30s
-  read -r EPOCH CLAIM < <(kubectl fence acquire -n reports report-2026-07 --holder W1)`,
+  read -r EPOCH CLAIM < <(kubectl fence acquire -n reports report-2026-07 --holder W1)
+  EPOCH=$(kubectl fence acquire -n reports report-2026-07 --holder W1 -o jsonpath='{.epoch}')`,
 		Args: oneLock,
 		PreRunE: func(*cobra.Command, []string) error {
 			if err := f.validate(); err != nil {
 				return err
 			}
-			return validOutput(f.output)
+			return pf.validate()
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lc, _, ns, err := o.clients()
@@ -91,33 +94,22 @@ Release it early with 'kubectl fence release CLAIM' or
 			}
 			r := result{Namespace: ns, Lock: l.Lock, Holder: l.Holder, Claim: l.ClaimName, UID: string(l.UID), Epoch: l.Epoch, TTL: l.TTL.String()}
 			// The epoch stays the first word: scripts that read it keep working.
-			return printResult(o, f.output, r, func() { out(o.streams.Out, "%d %s\n", l.Epoch, l.ClaimName) })
+			err = pf.print(o.streams.Out, printed{data: r, names: []runtime.Object{claimObject(ns, l.ClaimName)},
+				text: func(bool) { out(o.streams.Out, "%d %s\n", l.Epoch, l.ClaimName) }})
+			if err != nil {
+				// Nobody learned the epoch (a template that failed on the
+				// result): give the lock back rather than leave it held.
+				relCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if rerr := l.Release(relCtx); rerr != nil {
+					return fmt.Errorf("%w (and releasing the lock failed: %v)", err, rerr)
+				}
+				return fmt.Errorf("%w (lock %s/%s released)", err, ns, l.Lock)
+			}
+			return nil
 		},
 	}
 	f.bind(cmd)
-	cmd.Flags().StringVarP(&f.output, "output", "o", "", "Output format: json or yaml (default: one line, \"EPOCH CLAIM\").")
+	pf.addFlags(cmd, `one line, "EPOCH CLAIM"`)
 	return cmd
-}
-
-func printResult(o *options, format string, v any, plain func()) error {
-	switch format {
-	case "":
-		plain()
-		return nil
-	case "json":
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
-			return err
-		}
-		out(o.streams.Out, "%s\n", b)
-		return nil
-	case "yaml":
-		b, err := yaml.Marshal(v)
-		if err != nil {
-			return err
-		}
-		out(o.streams.Out, "%s", b)
-		return nil
-	}
-	return fmt.Errorf("unknown output format %q: use json or yaml", format)
 }

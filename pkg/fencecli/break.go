@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,10 +23,31 @@ import (
 type breakFlags struct {
 	reason string
 	wait   time.Duration
+	print  *printFlags
+}
+
+// broken is what break prints with -o json|yaml (and what -o jsonpath and
+// go-template see).
+type broken struct {
+	Namespace string `json:"namespace"`
+	Lock      string `json:"lock"`
+	// Claim, Holder and Epoch: the hold that was broken.
+	Claim  string `json:"claim"`
+	Holder string `json:"holder"`
+	Epoch  int64  `json:"epoch"`
+	// Reason is --reason.
+	Reason string `json:"reason"`
+	// Ended: the hold is over (false with --wait 0: asked to end, not
+	// waited for).
+	Ended bool `json:"ended"`
+	// EndReason and EndMessage are the claim's Held condition once ended
+	// (empty when the claim is gone).
+	EndReason  string `json:"endReason,omitempty"`
+	EndMessage string `json:"endMessage,omitempty"`
 }
 
 func newBreakCommand(o *options) *cobra.Command {
-	f := &breakFlags{}
+	f := &breakFlags{print: newPrintFlags(false)}
 	cmd := &cobra.Command{
 		Use:   "break LOCK --reason TEXT",
 		Short: "Force-release a lock: end the current hold at once (needs the verb 'break', an admin's)",
@@ -37,7 +59,10 @@ Who broke it is recorded by the apiserver from your credentials (annotation
 fencekeeper.io/broken-by on the claim), with your --reason, in a Warning
 Event on the claim and in fencekeeper_forced_releases_total. It needs the
 verb "break" on fencedleases (ClusterRole fencekeeper-breaker, aggregated to
-admin; holders do not have it).`,
+admin; holders do not have it).
+
+-o json|yaml print the broken hold and how it ended, -o name its claim
+(fencedlease.fencekeeper.io/CLAIM).`,
 		Example: `  kubectl fence break -n reports report-2026-07 --reason "W1 hung for an hour; INC-4711"`,
 		Args:    oneLock,
 		PreRunE: func(*cobra.Command, []string) error {
@@ -47,7 +72,10 @@ admin; holders do not have it).`,
 			if len(f.reason) > fkv1.MaxBreakReason {
 				return fmt.Errorf("--reason is %d characters long; at most %d are recorded", len(f.reason), fkv1.MaxBreakReason)
 			}
-			return validWait(f.wait)
+			if err := validWait(f.wait); err != nil {
+				return err
+			}
+			return f.print.validate()
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, c, ns, err := o.clients()
@@ -59,6 +87,7 @@ admin; holders do not have it).`,
 	}
 	cmd.Flags().StringVar(&f.reason, "reason", "", "Why the lock is broken (required; recorded on the claim and in an Event).")
 	cmd.Flags().DurationVar(&f.wait, "wait", 30*time.Second, "How long to wait for the authority to end the hold (0: do not wait).")
+	f.print.addFlags(cmd, "a line saying what was broken")
 	return cmd
 }
 
@@ -94,9 +123,13 @@ func (f *breakFlags) run(ctx context.Context, o *options, c client.Client, ns, l
 		}
 		return err
 	}
+	r := broken{Namespace: ns, Lock: lock, Claim: claim.Name, Holder: claim.Spec.HolderIdentity, Epoch: claim.Status.Epoch, Reason: f.reason}
+	show := func(text string, a ...any) error {
+		return f.print.print(o.streams.Out, printed{data: r, names: []runtime.Object{claimObject(ns, claim.Name)},
+			text: func(bool) { out(o.streams.Out, text, a...) }})
+	}
 	if f.wait == 0 {
-		out(o.streams.Out, "breaking lock %s/%s: claim %s (holder %s, epoch %d) asked to end\n", ns, lock, claim.Name, claim.Spec.HolderIdentity, claim.Status.Epoch)
-		return nil
+		return show("breaking lock %s/%s: claim %s (holder %s, epoch %d) asked to end\n", ns, lock, claim.Name, claim.Spec.HolderIdentity, claim.Status.Epoch)
 	}
 	var ended *metav1.Condition
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, f.wait, true, func(ctx context.Context) (bool, error) {
@@ -119,11 +152,11 @@ func (f *breakFlags) run(ctx context.Context, o *options, c client.Client, ns, l
 		return fmt.Errorf("asked to break lock %s/%s (claim %s), but the hold did not end within %v: is the manager running, and is the claim-break policy installed (it records who broke the lock; without it the authority ignores the request)?",
 			ns, lock, claim.Name, f.wait)
 	}
+	r.Ended = true
 	if ended == nil {
-		out(o.streams.Out, "broke lock %s/%s: claim %s is gone\n", ns, lock, claim.Name)
-		return nil
+		return show("broke lock %s/%s: claim %s is gone\n", ns, lock, claim.Name)
 	}
-	out(o.streams.Out, "broke lock %s/%s: claim %s (holder %s, epoch %d) ended: %s: %s\n",
+	r.EndReason, r.EndMessage = ended.Reason, ended.Message
+	return show("broke lock %s/%s: claim %s (holder %s, epoch %d) ended: %s: %s\n",
 		ns, lock, claim.Name, claim.Spec.HolderIdentity, claim.Status.Epoch, ended.Reason, ended.Message)
-	return nil
 }

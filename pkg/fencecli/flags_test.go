@@ -2,6 +2,7 @@ package fencecli_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,8 +47,16 @@ func TestFlagAndArgumentErrors(t *testing.T) {
 		{"run unknown signal", []string{"run", "x", "--signal", "SIGFOO", "--", "true"}, []string{`unknown --signal "SIGFOO"`}},
 		// --holder, -o, lock names
 		{"acquire empty holder", []string{"acquire", "x", "--holder", ""}, []string{"--holder is empty"}},
-		{"acquire bad output", []string{"acquire", "x", "-o", "xml"}, []string{`-o "xml": want json or yaml`}},
-		{"status bad output", []string{"status", "-o", "xml"}, []string{`-o "xml": want json or yaml`}},
+		{"acquire bad output", []string{"acquire", "x", "-o", "xml"}, []string{badOutput("xml"), "json,jsonpath", "name", "yaml"}},
+		{"acquire no wide", []string{"acquire", "x", "-o", "wide"}, []string{badOutput("wide")}},
+		{"status bad output", []string{"status", "-o", "xml"}, []string{badOutput("xml"), "wide", "jsonpath", "go-template"}},
+		{"status bad jsonpath", []string{"status", "-o", "jsonpath={.items[0"}, []string{"error parsing jsonpath {.items[0"}},
+		{"status jsonpath without template", []string{"status", "-o", "jsonpath"}, []string{"template format specified but no template given"}},
+		{"status bad go-template", []string{"status", "-o", "go-template={{.lock"}, []string{"error parsing template {{.lock"}},
+		{"release bad output", []string{"release", "c", "-o", "xml"}, []string{badOutput("xml")}},
+		{"release no wide", []string{"release", "c", "-o", "wide"}, []string{badOutput("wide")}},
+		{"break bad output", []string{"break", "x", "--reason", "r", "-o", "xml"}, []string{badOutput("xml")}},
+		{"status lock across namespaces", []string{"status", "x", "-A"}, []string{"a LOCK cannot be looked up across all namespaces", "usage: kubectl fence status [LOCK]"}},
 		{"acquire bad lock", []string{"acquire", "Bad_Lock"}, []string{`invalid lock name "Bad_Lock"`}},
 		{"run bad lock", []string{"run", "Bad_Lock", "--", "true"}, []string{`invalid lock name "Bad_Lock"`}},
 		// missing or extra arguments: say what to type
@@ -73,6 +82,17 @@ func TestFlagAndArgumentErrors(t *testing.T) {
 		{"release by claim", []string{"release", "c", "--ignore-not-found"}, []string{noCluster}},
 		{"release by lock", []string{"release", "--lock", "x", "--holder", "W1"}, []string{noCluster}},
 		{"status all", []string{"status", "-o", "yaml"}, []string{noCluster}},
+		{"status all namespaces wide", []string{"status", "-A", "-o", "wide"}, []string{noCluster}},
+		{"status all namespaces long", []string{"status", "--all-namespaces", "-o", "name"}, []string{noCluster}},
+		{"status jsonpath", []string{"status", "x", "-o", "jsonpath={.items[0].epoch}"}, []string{noCluster}},
+		{"status go-template", []string{"status", "-o", "go-template={{range .items}}{{.lock}}{{end}}"}, []string{noCluster}},
+		{"status template flag", []string{"status", "--template", "{{.kind}}"}, []string{noCluster}},
+		{"status kyaml", []string{"status", "-o", "kyaml"}, []string{noCluster}},
+		{"acquire name", []string{"acquire", "x", "-o", "name"}, []string{noCluster}},
+		{"acquire jsonpath", []string{"acquire", "x", "-o", "jsonpath={.epoch}"}, []string{noCluster}},
+		{"release json", []string{"release", "c", "-o", "json"}, []string{noCluster}},
+		{"release name", []string{"release", "--lock", "x", "-o", "name"}, []string{noCluster}},
+		{"break yaml", []string{"break", "x", "--reason", "r", "-o", "yaml"}, []string{noCluster}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,6 +112,44 @@ func TestFlagAndArgumentErrors(t *testing.T) {
 				t.Errorf("the check ran after connecting:\n%s", stderr)
 			}
 		})
+	}
+}
+
+// badOutput is cli-runtime's error for an -o it has no printer for.
+func badOutput(format string) string {
+	return `unable to match a printer suitable for the output format "` + format + `", allowed formats are: `
+}
+
+// run documents its exit codes, the one for a lost lease above all.
+func TestRunHelpDocumentsExitCodes(t *testing.T) {
+	code, stdout, stderr := runMain(t, "run", "--help")
+	if code != 0 {
+		t.Fatalf("run --help: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"Exit codes:", fmt.Sprintf("%d ", fencecli.ExitLeaseLost), "the lease was lost while COMMAND ran", "128+N"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("run --help does not say %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// Every command that prints takes kubectl's -o; only status, a table, takes
+// -o wide.
+func TestOutputFlagHelp(t *testing.T) {
+	for _, cmd := range []string{"status", "acquire", "release", "break"} {
+		code, stdout, stderr := runMain(t, cmd, "--help")
+		if code != 0 {
+			t.Fatalf("%s --help: exit %d: %s", cmd, code, stderr)
+		}
+		line := helpLine(stdout, "-o, --output")
+		for _, f := range []string{"json", "yaml", "name", "jsonpath", "go-template"} {
+			if !strings.Contains(line, f) {
+				t.Errorf("%s -o does not offer %s:\n%s", cmd, f, line)
+			}
+		}
+		if got, want := strings.Contains(line, "wide"), cmd == "status"; got != want {
+			t.Errorf("%s -o offers wide: %v, want %v:\n%s", cmd, got, want, line)
+		}
 	}
 }
 

@@ -94,6 +94,8 @@ sleep 1000 & wait $!`
 		mu.Lock()
 		defer mu.Unlock()
 		Expect(signalledAt.IsZero()).To(BeFalse(), "CMD was never told; plugin said: %v", lines)
+		Expect(lines).To(ContainElement(MatchRegexp(`^kubectl-fence: lease on %s/report-2026-07 lost \(epoch [1-9][0-9]*, current holder unknown\); sending SIGTERM to [1-9][0-9]* \(sh\)`, ns)),
+			"cut off, run cannot know who holds the lock now, and must not wait to find out")
 		Expect(signalledAt.Before(granted)).To(BeTrue(),
 			"CMD was signalled %v after the next holder was granted; plugin said: %v", signalledAt.Sub(granted), lines)
 		proxy.Heal()

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/pkg/fencecli"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
@@ -74,6 +75,7 @@ var _ = Describe("kubectl fence", func() {
 
 	It("runs CMD holding the lock with the epoch in its environment, signals it on loss, and releases when it exits", func() {
 		script := `echo "$FENCEKEEPER_EPOCH $FENCEKEEPER_LOCK $FENCEKEEPER_HOLDER $FENCEKEEPER_CLAIM" > env.txt
+echo $$ > pid.txt
 trap 'echo lost > term.txt; exit 7' TERM
 while true; do sleep 0.1; done`
 		run := fence(ns, "run", "report-2026-07", "--holder", "W1", "--ttl", "5s", "--grace", "5s", "--", "sh", "-c", script)
@@ -112,9 +114,19 @@ while true; do sleep 0.1; done`
 		Expect(err).To(HaveOccurred())
 		var ee *exec.ExitError
 		Expect(errors.As(err, &ee)).To(BeTrue())
-		Expect(ee.ExitCode()).To(Equal(7), "run returns CMD's exit code; stderr: %s", stderr.String())
+		Expect(ee.ExitCode()).To(Equal(fencecli.ExitLeaseLost), "run exits with its own code for a lost lease; stderr: %s", stderr.String())
 		Expect(os.ReadFile(filepath.Join(dir, "term.txt"))).To(Equal([]byte("lost\n")))
-		Expect(stderr.String()).To(ContainSubstring("lost"))
+		By("run says who holds the lock now, the signal by its name, and what CMD exited with")
+		envLine, err := os.ReadFile(filepath.Join(dir, "env.txt"))
+		Expect(err).NotTo(HaveOccurred())
+		epoch, err := strconv.ParseInt(strings.Fields(string(envLine))[0], 10, 64)
+		Expect(err).NotTo(HaveOccurred())
+		pid, err := os.ReadFile(filepath.Join(dir, "pid.txt"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(stderr.String()).To(MatchRegexp(`(?m)^kubectl-fence: lease on %s/report-2026-07 lost \(epoch %d, now held by W2 with epoch %d\); sending SIGTERM to %s \(sh\)( and 1 process below it)?$`,
+			ns, epoch, epoch+1, strings.TrimSpace(string(pid))))
+		Expect(stderr.String()).To(ContainSubstring("kubectl-fence: sh exited with status 7 after the lease was lost; exit code %d (lease lost)\n", fencecli.ExitLeaseLost))
+		Expect(stderr.String()).NotTo(ContainSubstring("terminated"))
 	})
 
 	It("waits, without spinning, through the grace period of a CMD that ignores the loss signal, then kills it", func() {
@@ -132,9 +144,10 @@ while true; do sleep 0.1; done`
 		go func() { done <- run.Wait() }()
 		commandStarted(filepath.Join(dir, "started.txt")) // it ignores SIGTERM
 
-		By("the lease is lost; CMD ignores the signal")
+		By("the lease is lost (nobody waits: the lock is free); CMD ignores the signal")
 		Expect(admin.DeleteAllOf(ctx, &fkv1.FencedLease{}, client.InNamespace(ns))).To(Succeed())
-		Eventually(func() string { b, _ := os.ReadFile(logPath); return string(b) }, 10*time.Second).Should(ContainSubstring("lost"))
+		Eventually(func() string { b, _ := os.ReadFile(logPath); return string(b) }, 10*time.Second).
+			Should(MatchRegexp(`lease on %s/ignores-term lost \(epoch [1-9][0-9]*, now free\); sending SIGTERM to [1-9][0-9]* \(sh\)`, ns))
 
 		By("during the grace period run waits: it uses next to no CPU (a loop on a closed channel takes a whole core)")
 		start := cpuTicks(run.Process.Pid)
@@ -142,11 +155,12 @@ while true; do sleep 0.1; done`
 		used := cpuTicks(run.Process.Pid) - start
 		Expect(used).To(BeNumerically("<", 50), "run used %d clock ticks (1/100 s) of CPU in 2 s after the loss", used)
 
-		By("then CMD is killed and run exits with its status")
+		By("then CMD is killed and run exits with the code for a lost lease, saying how CMD ended")
 		Eventually(done, 10*time.Second).Should(Receive(&err))
 		var ee *exec.ExitError
 		Expect(errors.As(err, &ee)).To(BeTrue(), "%v", err)
-		Expect(ee.ExitCode()).To(Equal(128 + 9))
+		Expect(ee.ExitCode()).To(Equal(fencecli.ExitLeaseLost))
+		Expect(os.ReadFile(logPath)).To(ContainSubstring("kubectl-fence: sh was ended by SIGKILL after the lease was lost; exit code %d (lease lost)", fencecli.ExitLeaseLost))
 	})
 
 	It("on loss, signals what CMD started too, and kills what outlives the grace period before exiting", func() {
@@ -178,7 +192,7 @@ while true; do sleep 0.1; done`
 		Eventually(done, 15*time.Second).Should(Receive(&err))
 		var ee *exec.ExitError
 		Expect(errors.As(err, &ee)).To(BeTrue(), "%v", err)
-		Expect(ee.ExitCode()).To(Equal(128+15), "the script died of SIGTERM")
+		Expect(ee.ExitCode()).To(Equal(fencecli.ExitLeaseLost), "the lease was lost (the script died of SIGTERM)")
 		Expect(processRunning(ignores)).To(BeFalse(), "run exited while a program its command started, holding the old epoch, still ran")
 		Expect(processRunning(late)).To(BeFalse(), "run exited while a program started after the loss, holding the old epoch, still ran")
 	})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -24,8 +25,21 @@ type notFound string
 
 func (e notFound) Error() string { return string(e) + " (already released?)" }
 
+// released is what release prints with -o json|yaml (and what -o jsonpath
+// and go-template see).
+type released struct {
+	Namespace string `json:"namespace"`
+	Lock      string `json:"lock"`
+	Holder    string `json:"holder"`
+	Claim     string `json:"claim"`
+	UID       string `json:"uid"`
+	// Epoch is the epoch the claim was granted (0: it never was).
+	Epoch int64 `json:"epoch"`
+}
+
 func newReleaseCommand(o *options) *cobra.Command {
 	f := &releaseFlags{}
+	pf := newPrintFlags(false)
 	cmd := &cobra.Command{
 		Use:   "release (CLAIM | --lock LOCK [--holder ID]) [--ignore-not-found]",
 		Short: "Release a lock by deleting its claim (the exact one: UID precondition)",
@@ -35,10 +49,13 @@ use, so 'release --lock LOCK' undoes an 'acquire LOCK' from the same pod or
 machine). The delete carries the claim's UID, so it never deletes a newer
 claim of the same name.
 
-A claim that does not exist is an error (exit 1) unless --ignore-not-found.`,
+A claim that does not exist is an error (exit 1) unless --ignore-not-found
+(then nothing is printed). -o json|yaml print what was released, -o name
+the claim (fencedlease.fencekeeper.io/CLAIM), as kubectl delete -o name.`,
 		Example: `  kubectl fence release -n reports report-2026-07-1c287f6ecb8b
   kubectl fence release -n reports --lock report-2026-07 --holder W1 --ignore-not-found`,
-		Args: f.args,
+		Args:    f.args,
+		PreRunE: func(*cobra.Command, []string) error { return pf.validate() },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, c, ns, err := o.clients()
 			if err != nil {
@@ -57,13 +74,16 @@ A claim that does not exist is an error (exit 1) unless --ignore-not-found.`,
 			case err != nil:
 				return err
 			}
-			out(o.streams.Out, "released %s/%s (lock %s, epoch %d)\n", ns, cl.Name, cl.Spec.LockName, cl.Status.Epoch)
-			return nil
+			r := released{Namespace: ns, Lock: cl.Spec.LockName, Holder: cl.Spec.HolderIdentity, Claim: cl.Name, UID: string(cl.UID), Epoch: cl.Status.Epoch}
+			return pf.print(o.streams.Out, printed{data: r, names: []runtime.Object{claimObject(ns, cl.Name)}, text: func(bool) {
+				out(o.streams.Out, "released %s/%s (lock %s, epoch %d)\n", ns, cl.Name, cl.Spec.LockName, cl.Status.Epoch)
+			}})
 		},
 	}
 	cmd.Flags().StringVar(&f.lock, "lock", "", "Release the claim of this lock by --holder instead of naming the claim.")
 	cmd.Flags().StringVar(&f.holder, "holder", defaultHolder(), "With --lock: whose claim. "+holderDefault)
 	cmd.Flags().BoolVar(&f.ignoreNotFound, "ignore-not-found", false, "Exit 0 when there is no such claim (already released).")
+	pf.addFlags(cmd, `one line, "released NAMESPACE/CLAIM (lock LOCK, epoch EPOCH)"`)
 	return cmd
 }
 

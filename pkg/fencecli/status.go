@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -23,8 +25,13 @@ type lockStatus struct {
 	Lock      string `json:"lock"`
 	Holder    string `json:"holder,omitempty"`
 	Claim     string `json:"claim,omitempty"`
-	Epoch     int64  `json:"epoch"`
-	TTLLeft   string `json:"ttlLeft,omitempty"`
+	// HolderUser is the user the hold is bound to (the Lease's
+	// fencekeeper.io/holder-user), when it is.
+	HolderUser string `json:"holderUser,omitempty"`
+	Epoch      int64  `json:"epoch"`
+	// TTL is the holder's lease duration; TTLLeft an estimate of what is left.
+	TTL     string `json:"ttl,omitempty"`
+	TTLLeft string `json:"ttlLeft,omitempty"`
 	// HeldFor is how long the holder has held the lock (since the Lease's
 	// acquireTime; a wall-clock estimate).
 	HeldFor string   `json:"heldFor,omitempty"`
@@ -42,26 +49,43 @@ type lockStatus struct {
 const conflictHolder = "<conflict: Lease not managed by fencekeeper>"
 
 func newStatusCommand(o *options) *cobra.Command {
-	var output string
+	pf := newPrintFlags(true)
+	var allNamespaces bool
 	cmd := &cobra.Command{
 		Use:   "status [LOCK]",
 		Short: "Show holder, epoch, time left and the queue of one lock or all locks in the namespace",
+		Long: `status shows who holds each lock of the namespace (or LOCK only, or, with
+-A, the locks of every namespace), since when, the time left, and who waits.
+
+-o wide adds the holder's claim, the lease's TTL and the user the hold is
+bound to. -o json|yaml print the locks as a list; jsonpath and go-template
+see them as kubectl get's do, a List with the locks as items. -o name prints
+each lock's Lease (lease.coordination.k8s.io/LOCK). When there is no lock,
+status says so on stderr, as kubectl get does.`,
 		Example: `  kubectl fence status -n reports
-  kubectl fence status -n reports report-2026-07 -o json`,
+  kubectl fence status -A -o wide
+  kubectl fence status -n reports report-2026-07 -o json
+  kubectl fence status -n reports report-2026-07 -o jsonpath='{.items[0].epoch}'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageError(cmd, "at most one LOCK, got %d arguments: %q", len(args), args)
 			}
 			if len(args) == 1 {
+				if allNamespaces {
+					return usageError(cmd, "a LOCK cannot be looked up across all namespaces: drop -A and pass -n NAMESPACE")
+				}
 				return validLock(args[0])
 			}
 			return nil
 		},
-		PreRunE: func(*cobra.Command, []string) error { return validOutput(output) },
+		PreRunE: func(*cobra.Command, []string) error { return pf.validate() },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, c, ns, err := o.clients()
 			if err != nil {
 				return err
+			}
+			if allNamespaces {
+				ns = "" // kubectl: -A ignores -n
 			}
 			only := ""
 			if len(args) == 1 {
@@ -74,51 +98,94 @@ func newStatusCommand(o *options) *cobra.Command {
 			if only != "" && len(locks) == 0 {
 				return fmt.Errorf("no such lock %s/%s: no FencedLease names it and no Lease records it", ns, only)
 			}
-			return printResult(o, output, locks, func() { printTable(o, locks) })
+			names := make([]runtime.Object, len(locks))
+			for i, l := range locks {
+				names[i] = lockObject(l.Namespace, l.Lock)
+			}
+			return pf.print(o.streams.Out, printed{data: locks, names: names, text: func(wide bool) {
+				if len(locks) == 0 {
+					// As kubectl get: nothing on stdout, and on stderr where it looked.
+					if allNamespaces {
+						out(o.streams.ErrOut, "No locks found\n")
+					} else {
+						out(o.streams.ErrOut, "No locks found in %s namespace.\n", ns)
+					}
+					return
+				}
+				printTable(o, locks, allNamespaces, wide)
+			}})
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: json or yaml (default: a table).")
+	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false,
+		"List the locks of every namespace (the namespace of -n or of the current context is ignored).")
+	pf.addFlags(cmd, "a table")
 	return cmd
 }
 
-func printTable(o *options, locks []lockStatus) {
+// printTable prints the locks as a table: with a NAMESPACE column for -A,
+// and with wide, the holder's claim, the lease's TTL and the user the hold
+// is bound to.
+func printTable(o *options, locks []lockStatus, withNamespace, wide bool) {
 	tw := tabwriter.NewWriter(o.streams.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LOCK\tHOLDER\tEPOCH\tHELD FOR\tTTL LEFT\tQUEUE\tOLDEST WAIT")
+	header := "LOCK\tHOLDER\tEPOCH\tHELD FOR\tTTL LEFT\tQUEUE\tOLDEST WAIT"
+	if withNamespace {
+		header = "NAMESPACE\t" + header
+	}
+	if wide {
+		header += "\tCLAIM\tTTL\tUSER"
+	}
+	fmt.Fprintln(tw, header)
 	for _, l := range locks {
 		holder, held, left, oldest := l.Holder, orDash(l.HeldFor), orDash(l.TTLLeft), orDash(l.OldestWait)
+		claim, ttl, user := orDash(l.Claim), orDash(l.TTL), orDash(l.HolderUser)
 		switch {
 		case l.Conflict != "":
 			holder, held, left = conflictHolder, "-", "-"
 		case holder == "":
 			holder, held, left = "<free>", "-", "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d waiting %v\t%s\n", l.Lock, holder, l.Epoch, held, left, l.QueueLength, l.Queue, oldest)
+		if withNamespace {
+			fmt.Fprintf(tw, "%s\t", l.Namespace)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d waiting %v\t%s", l.Lock, holder, l.Epoch, held, left, l.QueueLength, l.Queue, oldest)
+		if wide {
+			fmt.Fprintf(tw, "\t%s\t%s\t%s", claim, ttl, user)
+		}
+		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
 	// The reasons are long: below the table, so its columns stay readable.
 	for _, l := range locks {
 		if l.Conflict != "" {
-			out(o.streams.Out, "\n%s: %s: %s\n", l.Lock, fkv1.ReasonLockConflict, l.Conflict)
+			lock := l.Lock
+			if withNamespace {
+				lock = l.Namespace + "/" + l.Lock
+			}
+			out(o.streams.Out, "\n%s: %s: %s\n", lock, fkv1.ReasonLockConflict, l.Conflict)
 		}
 	}
 }
 
+// collectStatus reads the locks of namespace ns (all namespaces: ""), or
+// lock only.
 func collectStatus(ctx context.Context, c client.Client, ns, only string) ([]lockStatus, error) {
 	var claims fkv1.FencedLeaseList
 	if err := c.List(ctx, &claims, client.InNamespace(ns)); err != nil {
 		return nil, err
 	}
-	byLock := map[string][]fkv1.FencedLease{}
+	byLock := map[types.NamespacedName][]fkv1.FencedLease{}
 	for _, cl := range claims.Items {
 		if only == "" || cl.Spec.LockName == only {
-			byLock[cl.Spec.LockName] = append(byLock[cl.Spec.LockName], cl)
+			key := types.NamespacedName{Namespace: cl.Namespace, Name: cl.Spec.LockName}
+			byLock[key] = append(byLock[key], cl)
 		}
 	}
-	if _, ok := byLock[only]; only != "" && !ok {
-		byLock[only] = nil // a lock may exist with no claims left
+	if key := (types.NamespacedName{Namespace: ns, Name: only}); only != "" && byLock[key] == nil {
+		byLock[key] = nil // a lock may exist with no claims left
 	}
-	var out []lockStatus
-	for lock, cls := range byLock {
+	out := []lockStatus{} // -o json prints [] for none, not null
+	for key, cls := range byLock {
+		ns, lock := key.Namespace, key.Name
 		st := lockStatus{Namespace: ns, Lock: lock, Queue: []string{}}
 		var l coordinationv1.Lease
 		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: lock}, &l)
@@ -130,7 +197,10 @@ func collectStatus(ctx context.Context, c client.Client, ns, only string) ([]loc
 		case err == nil && led.Exists:
 			st.Epoch = led.Epoch
 			if led.Held() && led.HolderIdentity != "" {
-				st.Holder, st.Claim = led.HolderIdentity, led.HolderClaim
+				st.Holder, st.Claim, st.HolderUser = led.HolderIdentity, led.HolderClaim, led.HolderUser
+				if led.LeaseDurationSeconds > 0 {
+					st.TTL = (time.Duration(led.LeaseDurationSeconds) * time.Second).String()
+				}
 				if l.Spec.RenewTime != nil && led.LeaseDurationSeconds > 0 {
 					// A wall-clock estimate; the authority decides on its own clock.
 					left := time.Until(l.Spec.RenewTime.Add(time.Duration(led.LeaseDurationSeconds) * time.Second))
@@ -164,7 +234,12 @@ func collectStatus(ctx context.Context, c client.Client, ns, only string) ([]loc
 		st.QueueLength = len(st.Queue)
 		out = append(out, st)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Lock < out[j].Lock })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Lock < out[j].Lock
+	})
 	return out, nil
 }
 

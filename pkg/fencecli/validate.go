@@ -66,11 +66,3 @@ func validWait(wait time.Duration) error {
 	}
 	return nil
 }
-
-func validOutput(format string) error {
-	switch format {
-	case "", "json", "yaml":
-		return nil
-	}
-	return fmt.Errorf("-o %q: want json or yaml (or no -o for the default)", format)
-}
