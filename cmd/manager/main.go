@@ -51,6 +51,7 @@ func main() {
 		fencingMode            string
 		guarded                string
 		excludedNamespaces     string
+		memoryLimitRatio       float64
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
@@ -91,6 +92,8 @@ func main() {
 		"Waiting claims one lock accepts; a new claim beyond it is turned away (phase Expired, reason QueueFull). 0: no limit. Pods' claims are never turned away.")
 	flag.DurationVar(&expiredRetention, "expired-claim-retention", 24*time.Hour,
 		"How long an Expired claim is kept after it ended before it is deleted (0: keep Expired claims until someone deletes them). Claims a Pod owns go with the pod.")
+	flag.Float64Var(&memoryLimitRatio, "memory-limit-ratio", 0.8,
+		"Share of the container's memory limit (its cgroup's) used as the Go runtime's soft memory limit when GOMEMLIMIT is not set, so the garbage collector works before the container limit and not all the time. 0: leave the runtime's default.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	// --kubeconfig is registered by controller-runtime's config package.
@@ -102,6 +105,13 @@ func main() {
 	if expiredRetention < 0 {
 		log.Error(nil, "--expired-claim-retention must be 0 (keep Expired claims) or positive", "got", expiredRetention.String())
 		os.Exit(1)
+	}
+	if memoryLimitRatio < 0 || memoryLimitRatio > 1 {
+		log.Error(nil, "--memory-limit-ratio must be between 0 (off) and 1", "got", memoryLimitRatio)
+		os.Exit(1)
+	}
+	if limit := applySoftMemoryLimit(memoryLimitRatio); limit > 0 {
+		log.Info("soft memory limit set from the container's memory limit", "GOMEMLIMIT", limit, "ratio", memoryLimitRatio)
 	}
 	if maxWaiters < 0 {
 		log.Error(nil, "--max-waiters-per-lock must be 0 (no limit) or positive", "got", maxWaiters)

@@ -46,8 +46,10 @@ type cluster struct {
 	lockWorkers int
 }
 
-// managerMemLimit is the GOMEMLIMIT the chart sets by default.
-const managerMemLimit = "128MiB"
+// managerMemLimit is the soft memory limit the manager gives itself under
+// the chart's defaults: 80% (--memory-limit-ratio) of its 768Mi container
+// limit. The bench's manager runs outside a container, so it is set here.
+const managerMemLimit = "614MiB"
 
 func freeAddr() string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
