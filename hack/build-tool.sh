@@ -47,7 +47,11 @@ if [[ -x "${BIN}/${name}" && -f "${stamp}" && "$(cat "${stamp}")" == "${pin}" ]]
 fi
 
 mkdir -p "${BIN}"
-echo ">> building ${name} (${pkg}) into bin/ — the first build of kube-apiserver takes several minutes"
+case "${name}" in
+kube-apiserver | kube-controller-manager | kube-scheduler | kubectl) took="several minutes" ;;
+*) took="a minute or two" ;;
+esac
+echo ">> building ${name} (${pkg}) into bin/: the first build takes ${took}"
 start=$(date +%s)
 (cd "${ROOT}/${mod}" && go build -tags "${tags}" -ldflags "${ldflags}" -o "${BIN}/${name}.tmp" "${pkg}")
 mv "${BIN}/${name}.tmp" "${BIN}/${name}"

@@ -3,6 +3,8 @@ package authority_test
 import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +30,40 @@ var _ = Describe("FencedLease validation by the apiserver", func() {
 		Entry("TTL 0", "report", "W1", ptr.To(int32(0)), "spec.leaseDurationSeconds"),
 		Entry("TTL 10^6", "report", "W1", ptr.To(int32(1000000)), "spec.leaseDurationSeconds"),
 	)
+
+	It("says what a lock name may be, not the regular expression", func() {
+		err := k8s.Create(ctx, newClaim(ns, "bad", "Not_A_Lock", "W1", 30))
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("spec.lockName: Invalid value: \"Not_A_Lock\": lockName must be a DNS-1123 subdomain: " +
+			"lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (e.g. report-2026-07)"))
+		Expect(err.Error()).NotTo(ContainSubstring("[a-z0-9]"))
+	})
+
+	It("reports a spec field of the wrong type as the schema's error, not the claim-identity policy's", func() {
+		for field, value := range map[string]any{"leaseDurationSeconds": "30", "lockName": 7, "holderIdentity": true} {
+			spec := map[string]any{"lockName": "report", "holderIdentity": "W1", "leaseDurationSeconds": int64(30)}
+			spec[field] = value
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": fkv1.GroupVersion.String(), "kind": "FencedLease",
+				"metadata": map[string]any{"name": "typed", "namespace": ns},
+				"spec":     spec,
+			}}
+			err := k8s.Create(ctx, u)
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", field, err)
+			Expect(err.Error()).To(ContainSubstring("spec."+field+" in body must be of type"), field)
+			Expect(err.Error()).NotTo(ContainSubstring("typed object"), field)
+			Expect(err.Error()).NotTo(ContainSubstring("fencekeeper-claim-identity"), field)
+		}
+		By("a TTL with a fraction is numeric to the policy and refused by the schema")
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": fkv1.GroupVersion.String(), "kind": "FencedLease",
+			"metadata": map[string]any{"name": "typed", "namespace": ns},
+			"spec":     map[string]any{"lockName": "report", "holderIdentity": "W1", "leaseDurationSeconds": 30.5},
+		}}
+		err := k8s.Create(ctx, u)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("spec.leaseDurationSeconds"))
+	})
 
 	It("defaults the TTL to 15 seconds", func() {
 		c := newClaim(ns, "ok", "report", "W1", 1)
