@@ -356,8 +356,7 @@ func decode(raw []byte) (*unstructured.Unstructured, error) {
 
 func denied(d fencing.Decision) admission.Response {
 	reason := metav1.StatusReasonInvalid
-	switch d.Code {
-	case http.StatusForbidden:
+	if d.Code == http.StatusForbidden {
 		reason = metav1.StatusReasonForbidden
 	}
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{

@@ -117,7 +117,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// event brings us back if it is the pod's; look again regardless.
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
-	if claim.Status.Phase == "" && !(created && pod.Annotations[fkv1.AnnotationLeaseState] == fkv1.LeaseStateHeld) {
+	if claim.Status.Phase == "" && (!created || pod.Annotations[fkv1.AnnotationLeaseState] != fkv1.LeaseStateHeld) {
 		// The lock controller has not seen the claim yet; its first status
 		// (Held or Pending) brings us back, so the pod is written once. A pod
 		// still showing Held when this very reconcile had to create its claim

@@ -168,7 +168,7 @@ func orchestrate(kubeconfig string, ttl time.Duration) error {
 		return err
 	}
 	if werr := a.Wait(); werr == nil || !strings.Contains(exited.Detail, "leader election lost") {
-		return fmt.Errorf("replica-a should exit non-zero with 'leader election lost', got %v: %s", werr, exited.Detail)
+		return fmt.Errorf("replica-a should exit non-zero with 'leader election lost', got %v: %s", werr, exited.Detail) //nolint:errorlint // werr may be nil (that is the failure); %w would print %!w(<nil>)
 	}
 	_ = b.Process.Signal(syscall.SIGTERM)
 	if _, err := tl.Wait("replica-b", "exited", 30*time.Second); err != nil {

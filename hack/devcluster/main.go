@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/proc"
 	"github.com/fencekeeper/fencekeeper/webhook"
 )
 
@@ -317,7 +318,7 @@ func envInt(k string, def int) int {
 // reused since is left alone. The list is replaced whole (a rename), never
 // left half written.
 func recordChildren(path string) error {
-	children, err := envtestutil.Children(os.Getpid())
+	children, err := proc.Children(os.Getpid())
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func helpText(bin string) (string, error) {
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	err := cmd.Run()
 	var exit *exec.ExitError
-	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 2) {
+	if err != nil && (!errors.As(err, &exit) || exit.ExitCode() != 2) {
 		return "", fmt.Errorf("%s --help: %w\n%s", bin, err, buf.String())
 	}
 	return buf.String(), nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"reflect"
 	"strings"
@@ -22,7 +23,7 @@ func TestParseReadsFlagPackageOutput(t *testing.T) {
 	fs.Bool("v", false, "one letter")
 	var out strings.Builder
 	fs.SetOutput(&out)
-	if err := fs.Parse([]string{"--help"}); err != flag.ErrHelp {
+	if err := fs.Parse([]string{"--help"}); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("Parse(--help) = %v, want flag.ErrHelp", err)
 	}
 	got, err := Parse(out.String())

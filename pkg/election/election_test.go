@@ -115,7 +115,7 @@ func testOneLeaderAtATime(t *testing.T) {
 	}
 
 	// One grant per term, each newer than the last.
-	if !(e1 < e2 && e2 < e3) {
+	if e1 >= e2 || e2 >= e3 {
 		t.Fatalf("terms' epochs %d, %d, %d: want strictly increasing", e1, e2, e3)
 	}
 	// The leaders' work never overlapped, by this process's clock.
@@ -373,7 +373,7 @@ func testTransportGate(t *testing.T) {
 		t.Fatalf("created under %s, want epoch %d", cm.Annotations[fkv1.AnnotationFencedEpoch], e)
 	}
 	cm.Data["a"] = "2"
-	if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+	if _, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("clientset update: %v", err)
 	}
 	withLabel := []byte(`{"metadata":{"labels":{"fencekeeper.io/lock":"clientgo"}},"data":{"b":"3"}}`)

@@ -65,7 +65,10 @@ func TestTransportGateWithoutATerm(t *testing.T) {
 		if tc.contentType != "" {
 			req.Header.Set("Content-Type", tc.contentType)
 		}
-		_, err := gt.RoundTrip(req)
+		resp, err := gt.RoundTrip(req)
+		if resp != nil {
+			resp.Body.Close()
+		}
 		if got := len(rec.bodies) == 1; got != tc.forwarded {
 			t.Errorf("%s: forwarded=%v, want %v (err %v)", tc.name, got, tc.forwarded, err)
 		}

@@ -102,7 +102,7 @@ Release it early with 'kubectl fence release CLAIM' or
 				relCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				if rerr := l.Release(relCtx); rerr != nil {
-					return fmt.Errorf("%w (and releasing the lock failed: %v)", err, rerr)
+					return fmt.Errorf("%w (and releasing the lock failed: %v)", err, rerr) //nolint:errorlint // the print error is the cause; explain() and exit codes must not classify by the release failure
 				}
 				return fmt.Errorf("%w (lock %s/%s released)", err, ns, l.Lock)
 			}

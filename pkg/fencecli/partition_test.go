@@ -18,6 +18,7 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/fault"
 )
 
 // Seed §22: a holder cut off from the control plane keeps running; the
@@ -32,7 +33,7 @@ var _ = Describe("kubectl fence run cut off from the apiserver", func() {
 		By("the plugin reaches the apiserver through a proxy the test controls")
 		server, err := url.Parse(env.Admin.Host)
 		Expect(err).NotTo(HaveOccurred())
-		proxy, err := envtestutil.NewProxy(server.Host)
+		proxy, err := fault.NewProxy(server.Host)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(proxy.Close)
 		kc, err := os.ReadFile(kubeconfig)

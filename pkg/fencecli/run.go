@@ -256,7 +256,7 @@ func holderNow(c client.Client, l *lease.Lease) string {
 			said = "now free"
 			return true, nil
 		case err != nil:
-			return false, nil // try again until the deadline
+			return false, nil //nolint:nilerr // an error would end the poll: try again until the deadline
 		}
 		led := fkv1.ReadLedger(&cur, l.Lock)
 		switch {

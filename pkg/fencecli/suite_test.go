@@ -2,7 +2,6 @@ package fencecli_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -10,9 +9,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
@@ -20,6 +16,7 @@ import (
 
 var (
 	ctx        = context.Background()
+	suite      *envtestutil.Suite
 	env        *envtestutil.AdmissionEnv
 	mgr        *envtestutil.Manager
 	admin      client.WithWatch
@@ -33,7 +30,6 @@ func TestPlugin(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	dir := GinkgoT().TempDir()
 	plugin = filepath.Join(dir, "kubectl-fence")
 	build := exec.Command("go", "build", "-o", plugin, "./cmd/kubectl-fence")
@@ -41,25 +37,16 @@ var _ = BeforeSuite(func() {
 	b, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), string(b))
 
-	env, err = envtestutil.StartAdmissionEnv(ctx, []string{"configmaps"})
+	suite, err = envtestutil.StartSuite(ctx, envtestutil.SuiteOptions{Log: GinkgoWriter,
+		Guarded: []string{"configmaps"}, Manager: true, Scheme: lease.Scheme()})
 	Expect(err).NotTo(HaveOccurred())
-	mgr, err = env.StartManager()
+	env, mgr, admin = suite.Admission, suite.Manager, suite.Client
+	kubeconfig, err = suite.Kubeconfig("worker", dir)
 	Expect(err).NotTo(HaveOccurred())
-	admin, err = client.NewWithWatch(env.Admin, client.Options{Scheme: lease.Scheme()})
-	Expect(err).NotTo(HaveOccurred())
-	user, err := env.Env.AddUser(envtest.User{Name: "worker", Groups: []string{"system:masters"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	kc, err := user.KubeConfig()
-	Expect(err).NotTo(HaveOccurred())
-	kubeconfig = filepath.Join(dir, "kubeconfig")
-	Expect(os.WriteFile(kubeconfig, kc, 0o600)).To(Succeed())
 })
 
 var _ = AfterSuite(func() {
-	if mgr != nil {
-		Expect(mgr.Stop()).To(Succeed())
-	}
-	if env != nil {
-		Expect(env.Env.Stop()).To(Succeed())
+	if suite != nil {
+		Expect(suite.Stop()).To(Succeed())
 	}
 })

@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
@@ -24,6 +23,7 @@ import (
 
 var (
 	ctx   = context.Background()
+	suite *envtestutil.Suite
 	env   *envtestutil.AdmissionEnv
 	mgr   *envtestutil.Manager
 	admin client.WithWatch
@@ -35,22 +35,17 @@ func TestLease(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	var err error
-	env, err = envtestutil.StartAdmissionEnv(ctx, []string{"configmaps"})
+	suite, err = envtestutil.StartSuite(ctx, envtestutil.SuiteOptions{Log: GinkgoWriter,
+		Guarded: []string{"configmaps"}, Manager: true, Scheme: lease.Scheme()})
 	Expect(err).NotTo(HaveOccurred())
-	mgr, err = env.StartManager()
-	Expect(err).NotTo(HaveOccurred())
-	admin, err = client.NewWithWatch(env.Admin, client.Options{Scheme: lease.Scheme()})
-	Expect(err).NotTo(HaveOccurred())
+	env, mgr, admin = suite.Admission, suite.Manager, suite.Client
 })
 
 var _ = AfterSuite(func() {
-	if mgr != nil {
-		Expect(mgr.Stop()).To(Succeed())
-	}
-	if env != nil {
-		Expect(env.Env.Stop()).To(Succeed())
+	if suite != nil {
+		suite.Manager = mgr // a spec restarts the manager
+		Expect(suite.Stop()).To(Succeed())
 	}
 })
 

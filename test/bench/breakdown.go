@@ -13,7 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/fault"
+	"github.com/fencekeeper/fencekeeper/test/proc"
 )
 
 // breakdown is one phase's figures (report key throughput_breakdown).
@@ -57,7 +58,7 @@ var metricSums = []metricSum{
 func (c *cluster) snapshot() snapshot {
 	s := snapshot{at: time.Now(), cpu: map[string]float64{}, m: map[string]float64{}}
 	for _, name := range []string{"kube-apiserver", "etcd"} {
-		if p, err := envtestutil.FindControlPlaneProcess(name, io.Discard); err == nil {
+		if p, err := fault.FindControlPlaneProcess(name, io.Discard); err == nil {
 			s.cpu[name] = procCPUSeconds(p.Pid())
 		}
 	}
@@ -112,7 +113,7 @@ func (c *cluster) apiserverRequests() (all, mutating float64) {
 // procCPUSeconds is a process's user + system CPU time (clock ticks of
 // 1/100 s, as Linux reports them to user space).
 func procCPUSeconds(pid int) float64 {
-	p, ok := envtestutil.ReadProc(pid)
+	p, ok := proc.ReadProc(pid)
 	if !ok || len(p.Fields) < 13 {
 		return 0
 	}

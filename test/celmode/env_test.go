@@ -160,10 +160,8 @@ func (b *bed) hold(ns, lock, name string) *fkv1.FencedLease {
 	}
 	var got fkv1.FencedLease
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		if err := b.admin.Get(ctx, client.ObjectKeyFromObject(c), &got); err != nil {
-			return false, nil
-		}
-		return got.Status.Phase == fkv1.PhaseHeld, nil
+		// A failed Get is retried until the timeout.
+		return b.admin.Get(ctx, client.ObjectKeyFromObject(c), &got) == nil && got.Status.Phase == fkv1.PhaseHeld, nil
 	})
 	if err != nil {
 		b.t.Fatalf("claim %s/%s never held: %v", ns, name, err)

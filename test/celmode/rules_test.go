@@ -165,7 +165,7 @@ func (s *scen) unboundHandoff() {
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		var evs eventsv1.EventList
 		if err := s.b.admin.List(ctx, &evs, client.InNamespace(s.ns)); err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // an error would end the poll; a failed List is retried until the timeout
 		}
 		found := false
 		for _, e := range evs.Items {
@@ -224,7 +224,7 @@ func moveField(from, to, f string) func(*corev1.ConfigMap) {
 		for i := range cm.ManagedFields {
 			e := &cm.ManagedFields[i]
 			var tree map[string]any
-			if e.FieldsV1 == nil || json.Unmarshal(e.FieldsV1.Raw, &tree) != nil {
+			if e.FieldsV1 == nil || json.Unmarshal(e.FieldsV1.GetRawBytes(), &tree) != nil {
 				continue
 			}
 			d, _ := tree["f:data"].(map[string]any)
@@ -241,7 +241,7 @@ func moveField(from, to, f string) func(*corev1.ConfigMap) {
 				continue
 			}
 			raw, _ := json.Marshal(tree)
-			e.FieldsV1.Raw = raw
+			e.FieldsV1.SetRawBytes(raw)
 		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/fencekeeper/fencekeeper/internal/manager"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/fault"
 	"github.com/fencekeeper/fencekeeper/webhook"
 )
 
@@ -370,7 +371,7 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 	if err != nil {
 		return nil, err
 	}
-	proxy, err := envtestutil.NewProxy(server.Host)
+	proxy, err := fault.NewProxy(server.Host)
 	if err != nil {
 		return nil, err
 	}
@@ -403,11 +404,11 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 		proc.Kill()
 		return nil, err
 	}
-	apiserver, err := envtestutil.FindControlPlaneProcess("kube-apiserver", logs)
+	apiserver, err := fault.FindControlPlaneProcess("kube-apiserver", logs)
 	if err != nil {
 		return nil, err
 	}
-	etcd, err := envtestutil.FindControlPlaneProcess("etcd", logs)
+	etcd, err := fault.FindControlPlaneProcess("etcd", logs)
 	if err != nil {
 		return nil, err
 	}
@@ -470,13 +471,13 @@ func startNemesis(ctx context.Context, env *envtestutil.AdmissionEnv, admin clie
 				if err := apiserver.Restart(time.Duration(rng.IntN(1000)) * time.Millisecond); err != nil {
 					panic(err)
 				}
-				_ = envtestutil.WaitAnswering(context.Background(), admin) // runs wait for it too
+				_ = fault.WaitAnswering(context.Background(), admin) // runs wait for it too
 			case 4:
 				n.count("etcd-restart")
 				if err := etcd.Restart(time.Duration(rng.IntN(1000)) * time.Millisecond); err != nil {
 					panic(err)
 				}
-				_ = envtestutil.WaitAnswering(context.Background(), admin) // runs wait for it too
+				_ = fault.WaitAnswering(context.Background(), admin) // runs wait for it too
 			case 5:
 				n.count("etcd-pause")
 				etcd.Pause(time.Duration(200+rng.IntN(3000)) * time.Millisecond)

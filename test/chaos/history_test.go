@@ -72,7 +72,7 @@ func TestCheckBeliefs(t *testing.T) {
 	if v := CheckBeliefs(h, ok, time.Second); len(v) != 0 {
 		t.Fatalf("unexpected: %v", v)
 	}
-	late := append(ok, Belief{Epoch: 100, Who: "w1", At: t0.Add(3100 * time.Millisecond)})
+	late := append(append([]Belief(nil), ok...), Belief{Epoch: 100, Who: "w1", At: t0.Add(3100 * time.Millisecond)})
 	if v := CheckBeliefs(h, late, time.Second); len(v) != 1 || v[0].Rule != RuleTwoBelievers {
 		t.Fatalf("want one %q, got %v", RuleTwoBelievers, v)
 	}
@@ -83,7 +83,7 @@ func TestCheckBeliefs(t *testing.T) {
 	if v := CheckBeliefs(broken, late, time.Second); len(v) != 0 {
 		t.Fatalf("a broken epoch's belief right after the break counted: %v", v)
 	}
-	tooLate := append(late, Belief{Epoch: 100, Who: "w1", At: t0.Add(4 * time.Second)})
+	tooLate := append(append([]Belief(nil), late...), Belief{Epoch: 100, Who: "w1", At: t0.Add(4 * time.Second)})
 	if v := CheckBeliefs(broken, tooLate, time.Second); len(v) != 1 {
 		t.Fatalf("a broken holder believing past the grace was not flagged: %v", v)
 	}

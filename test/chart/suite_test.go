@@ -16,14 +16,13 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
 
 var (
 	ctx        = context.Background()
+	suite      *envtestutil.Suite
 	env        *envtest.Environment
 	adminCfg   *rest.Config
 	admin      client.Client
@@ -40,35 +39,26 @@ func TestChart(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	_, err := os.Stat(helmBin)
 	Expect(err).NotTo(HaveOccurred(), "bin/helm is missing: run 'make tools'")
-	env, err = envtestutil.New()
-	Expect(err).NotTo(HaveOccurred())
-	// The chart installs the FencedLease CRD itself; only third-party CRDs
-	// (and the test's Report kind) are preinstalled.
-	env.CRDDirectoryPaths = []string{
-		filepath.Join(envtestutil.RepoRoot(), "test", "crds"),
-		filepath.Join(envtestutil.RepoRoot(), "test", "crds", "thirdparty"),
-	}
-	adminCfg, err = env.Start()
-	Expect(err).NotTo(HaveOccurred())
 	scheme := envtestutil.Scheme()
 	Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
-	admin, err = client.New(adminCfg, client.Options{Scheme: scheme})
+	// The chart installs the FencedLease CRD itself; only third-party CRDs
+	// (and the test's Report kind) are preinstalled.
+	suite, err = envtestutil.StartSuite(ctx, envtestutil.SuiteOptions{Log: GinkgoWriter, Scheme: scheme, ReplaceCRDs: true, CRDDirs: []string{
+		filepath.Join(envtestutil.RepoRoot(), "test", "crds"),
+		filepath.Join(envtestutil.RepoRoot(), "test", "crds", "thirdparty"),
+	}})
 	Expect(err).NotTo(HaveOccurred())
-	user, err := env.AddUser(envtest.User{Name: "platform-admin", Groups: []string{"system:masters"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	kc, err := user.KubeConfig()
-	Expect(err).NotTo(HaveOccurred())
+	env, adminCfg, admin = suite.Env, suite.Config, suite.Client
 	helmHome = GinkgoT().TempDir()
-	kubeconfig = filepath.Join(helmHome, "kubeconfig")
-	Expect(os.WriteFile(kubeconfig, kc, 0o600)).To(Succeed())
+	kubeconfig, err = suite.Kubeconfig("platform-admin", helmHome)
+	Expect(err).NotTo(HaveOccurred())
 })
 
 var _ = AfterSuite(func() {
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
+	if suite != nil {
+		Expect(suite.Stop()).To(Succeed())
 	}
 })
 

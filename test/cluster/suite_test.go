@@ -17,8 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
@@ -26,6 +24,7 @@ import (
 
 var (
 	ctx     = context.Background()
+	suite   *envtestutil.Suite
 	env     *envtestutil.AdmissionEnv
 	cluster *envtestutil.Cluster
 	manager *envtestutil.Manager
@@ -38,15 +37,14 @@ func TestCluster(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	var err error
-	env, err = envtestutil.StartAdmissionEnv(ctx, []string{"configmaps"})
+	suite, err = envtestutil.StartSuite(ctx, envtestutil.SuiteOptions{Log: GinkgoWriter, Guarded: []string{"configmaps"}})
 	Expect(err).NotTo(HaveOccurred())
+	env, k8s = suite.Admission, suite.Client
+	// kube-controller-manager and kwok start before the manager.
 	cluster, err = envtestutil.StartCluster(env.Env, envtestutil.ClusterOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	manager, err = env.StartManager()
-	Expect(err).NotTo(HaveOccurred())
-	k8s, err = client.NewWithWatch(env.Admin, client.Options{Scheme: envtestutil.Scheme()})
 	Expect(err).NotTo(HaveOccurred())
 })
 
@@ -57,8 +55,8 @@ var _ = AfterSuite(func() {
 	if cluster != nil {
 		cluster.Stop()
 	}
-	if env != nil {
-		Expect(env.Env.Stop()).To(Succeed())
+	if suite != nil {
+		Expect(suite.Stop()).To(Succeed())
 	}
 })
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/proc"
 )
 
 // TestDevDownAfterKill: `make dev-down` stops etcd and kube-apiserver even
@@ -40,7 +41,7 @@ func TestDevDownAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Found from /proc, not from what devcluster recorded for dev-down.
-	children, err := envtestutil.Children(devcluster)
+	children, err := proc.Children(devcluster)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestDevDownAfterKill(t *testing.T) {
 		}
 	})
 
-	self, ok := envtestutil.ReadProc(devcluster)
+	self, ok := proc.ReadProc(devcluster)
 	if !ok || self.Comm != "devcluster" {
 		t.Fatalf("pid %d in devcluster.pid is not devcluster (%+v)", devcluster, self)
 	}

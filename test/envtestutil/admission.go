@@ -164,7 +164,7 @@ func waitForClaimBreak(ctx context.Context, admin client.Client) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the claim-break policies are not in effect after 30s (probe: %v)", err)
+			return fmt.Errorf("the claim-break policies are not in effect after 30s (probe: %v)", err) //nolint:errorlint // the probe's result (often nil) is context, not the cause
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -185,7 +185,7 @@ func WaitForClaimIdentity(ctx context.Context, admin client.Client) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the claim-identity policy is not in effect after 30s (probe: %v, annotations %v)", err, probe.Annotations)
+			return fmt.Errorf("the claim-identity policy is not in effect after 30s (probe: %v, annotations %v)", err, probe.Annotations) //nolint:errorlint // the probe's result (often nil) is context, not the cause
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -257,7 +257,7 @@ func WithoutClaimIdentity(ctx context.Context, cfg *rest.Config, fn func()) (err
 		_, recorded := probe.Annotations[fkv1.AnnotationCreatedBy]
 		return last == nil && !recorded, nil
 	}); err != nil {
-		return fmt.Errorf("the claim-identity policy is still in effect 30s after its binding was deleted (probe: %v, annotations %v)", last, probe.Annotations)
+		return fmt.Errorf("the claim-identity policy is still in effect 30s after its binding was deleted (probe: %v, annotations %v)", last, probe.Annotations) //nolint:errorlint // the probe's result (often nil) is context, not the cause
 	}
 	fn()
 	return nil

@@ -25,6 +25,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/fencekeeper/fencekeeper/test/fault"
 )
 
 // ExtraInstance stands in for a second apiserver instance behind the
@@ -141,7 +143,7 @@ func StartSecondAPIServer(ctx context.Context, admin *rest.Config, set map[strin
 	if ip == "" {
 		return nil, errors.New("this host has no non-loopback address for an EndpointSlice to list")
 	}
-	first, err := FindControlPlaneProcess("kube-apiserver", nil)
+	first, err := fault.FindControlPlaneProcess("kube-apiserver", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -155,8 +157,9 @@ func StartSecondAPIServer(ctx context.Context, admin *rest.Config, set map[strin
 	for k, v := range set {
 		flags[k] = v
 	}
+	firstArgs := first.Args()
 	args := []string{}
-	for _, a := range first.args[1:] {
+	for _, a := range firstArgs[1:] {
 		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		if _, ok := flags[name]; !ok {
 			args = append(args, a)
@@ -165,7 +168,7 @@ func StartSecondAPIServer(ctx context.Context, admin *rest.Config, set map[strin
 	for k, v := range flags {
 		args = append(args, "--"+k+"="+v)
 	}
-	cmd := exec.Command(first.args[0], args...)
+	cmd := exec.Command(firstArgs[0], args...)
 	cmd.Stdout, cmd.Stderr = orDiscard(out), orDiscard(out)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -176,7 +179,7 @@ func StartSecondAPIServer(ctx context.Context, admin *rest.Config, set map[strin
 	s.Config = rest.CopyConfig(admin)
 	s.Config.Host = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	if s.c, err = client.New(s.Config, client.Options{Scheme: Scheme()}); err == nil {
-		err = WaitAnswering(ctx, s.c)
+		err = fault.WaitAnswering(ctx, s.c)
 	}
 	if err != nil {
 		_ = s.Stop(ctx)
@@ -205,13 +208,24 @@ func (s *SecondAPIServer) Stop(ctx context.Context) error {
 	}
 	if s.cmd != nil {
 		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		// cmd.Wait's error is dropped: after our SIGTERM or SIGKILL,
+		// "signal: terminated" or "signal: killed" is the expected result.
 		select {
-		case <-s.exited:
+		case waitErr := <-s.exited:
+			_ = waitErr
 		case <-time.After(20 * time.Second):
 			_ = s.cmd.Process.Kill()
-			<-s.exited
+			waitErr := <-s.exited
+			_ = waitErr
 		}
 		s.cmd = nil
 	}
 	return err
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/test/fault"
 )
 
 var (
@@ -40,7 +41,7 @@ func BuildBinary(pkg string) (string, error) {
 	build := exec.Command("go", "build", "-o", path, pkg)
 	build.Dir = RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+		return "", fmt.Errorf("building %s: %w\n%s", pkg, err, out)
 	}
 	built[pkg] = path
 	return path, nil
@@ -67,7 +68,7 @@ func StartManagerProcess(ctx context.Context, env *envtest.Environment, admin cl
 
 // StartManagerProcessVia is StartManagerProcess with the manager reaching
 // the apiserver through via (nil: directly).
-func StartManagerProcessVia(ctx context.Context, env *envtest.Environment, admin client.Client, dir string, out io.Writer, via *Proxy, extraArgs ...string) (*ManagerProcess, error) {
+func StartManagerProcessVia(ctx context.Context, env *envtest.Environment, admin client.Client, dir string, out io.Writer, via *fault.Proxy, extraArgs ...string) (*ManagerProcess, error) {
 	bin, err := ManagerBinary()
 	if err != nil {
 		return nil, err
@@ -126,10 +127,10 @@ func (p *ManagerProcess) waitAnswering(ctx context.Context, admin client.Client)
 			return nil
 		}
 		if exited, perr := p.done.peek(); exited {
-			return fmt.Errorf("the manager process exited before answering admission: %v", perr)
+			return fmt.Errorf("the manager process exited before answering admission: %v", perr) //nolint:errorlint // nil when it exited 0; %w would print %!w(<nil>)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the manager process does not answer admission after 60s (probe: %v)", err)
+			return fmt.Errorf("the manager process does not answer admission after 60s (probe: %v)", err) //nolint:errorlint // the probe's result (often nil) is context, not the cause
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

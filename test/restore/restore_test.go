@@ -22,6 +22,7 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/fault"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -68,9 +69,9 @@ func restoreAndGrant(t *testing.T, bump bool) (int64, int64, [2]int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var etcd, apiserver *envtestutil.ControlPlaneProcess
+	var etcd, apiserver *fault.ControlPlaneProcess
 	t.Cleanup(func() {
-		for _, p := range []*envtestutil.ControlPlaneProcess{apiserver, etcd} {
+		for _, p := range []*fault.ControlPlaneProcess{apiserver, etcd} {
 			if p != nil {
 				p.Stop()
 			}
@@ -137,10 +138,10 @@ func restoreAndGrant(t *testing.T, bump bool) (int64, int64, [2]int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if apiserver, err = envtestutil.FindControlPlaneProcess("kube-apiserver", apiLog); err != nil {
+	if apiserver, err = fault.FindControlPlaneProcess("kube-apiserver", apiLog); err != nil {
 		t.Fatal(err)
 	}
-	if etcd, err = envtestutil.FindControlPlaneProcess("etcd", etcdLog); err != nil {
+	if etcd, err = fault.FindControlPlaneProcess("etcd", etcdLog); err != nil {
 		t.Fatal(err)
 	}
 	dataDir := etcd.Arg("data-dir")
@@ -151,7 +152,7 @@ func restoreAndGrant(t *testing.T, bump bool) (int64, int64, [2]int64) {
 	if err := etcd.RestartAfter(func() error {
 		out, err := exec.Command(filepath.Join(envtestutil.BinDir(), "etcdutl"), args...).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("etcdutl %v: %v\n%s", args, err, out)
+			return fmt.Errorf("etcdutl %v: %w\n%s", args, err, out)
 		}
 		if err := os.RemoveAll(dataDir); err != nil {
 			return err
@@ -161,14 +162,14 @@ func restoreAndGrant(t *testing.T, bump bool) (int64, int64, [2]int64) {
 		t.Fatal(err)
 	}
 	// The apiserver starts against the restored etcd only once it serves.
-	if err := envtestutil.WaitEtcdHealthy(ctx, env.ControlPlane.Etcd.URL.String()); err != nil {
+	if err := fault.WaitEtcdHealthy(ctx, env.ControlPlane.Etcd.URL.String()); err != nil {
 		t.Fatalf("%v\netcd's log:\n%s", err, tail(filepath.Join(dir, "etcd.log")))
 	}
 	// The apiserver's caches still show the future the restore undid.
 	if err := apiserver.Restart(0); err != nil {
 		t.Fatal(err)
 	}
-	if err := envtestutil.WaitAnswering(ctx, c); err != nil {
+	if err := fault.WaitAnswering(ctx, c); err != nil {
 		t.Fatalf("%v\nkube-apiserver's log:\n%s", err, tail(filepath.Join(dir, "kube-apiserver.log")))
 	}
 

@@ -605,8 +605,8 @@ func instanceConfig(cfg *rest.Config, ep string) (*rest.Config, error) {
 	}
 	out := rest.CopyConfig(cfg)
 	out.Host = u.Scheme + "://" + ep
-	if out.TLSClientConfig.ServerName == "" {
-		out.TLSClientConfig.ServerName = u.Hostname()
+	if out.ServerName == "" {
+		out.ServerName = u.Hostname()
 	}
 	out.Timeout = ProbeTimeout
 	return out, nil

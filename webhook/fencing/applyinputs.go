@@ -66,7 +66,7 @@ func applyInputsOf(u *unstructured.Unstructured, kept map[types.UID]bool) applyI
 
 func (a applyInputs) equal(b applyInputs) bool {
 	return maps.Equal(a.updaters, b.updaters) &&
-		maps.EqualFunc(a.appliers, b.appliers, func(x, y map[string]bool) bool { return maps.Equal(x, y) })
+		maps.EqualFunc(a.appliers, b.appliers, maps.Equal[map[string]bool])
 }
 
 // keptOwners are the UIDs of the owner references both objects carry.
@@ -92,12 +92,13 @@ func keptOwners(old, obj *unstructured.Unstructured) map[types.UID]bool {
 // counts as one opaque path, so changing it is content.
 func contentPaths(f *metav1.FieldsV1, kept map[types.UID]bool) map[string]bool {
 	out := map[string]bool{}
-	if f == nil || len(f.Raw) == 0 {
+	raw := f.GetRawBytes() // nil for a nil f
+	if len(raw) == 0 {
 		return out
 	}
 	var tree map[string]any
-	if err := json.Unmarshal(f.Raw, &tree); err != nil {
-		out["!"+string(f.Raw)] = true
+	if err := json.Unmarshal(raw, &tree); err != nil {
+		out["!"+string(raw)] = true
 		return out
 	}
 	for k, v := range tree {

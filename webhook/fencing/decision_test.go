@@ -101,7 +101,7 @@ func scale(old *unstructured.Unstructured, token string) Request {
 
 func applyBy(manager, fields string) metav1.ManagedFieldsEntry {
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}
 }
 
 func updateBy(manager, fields string) metav1.ManagedFieldsEntry {

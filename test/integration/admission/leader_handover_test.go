@@ -16,6 +16,7 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/fault"
 )
 
 // A leader hand-over with a standby whose cache trails the old leader's
@@ -59,8 +60,8 @@ func leaderHandover(leaseUnseen bool) {
 	Eventually(a.Mgr.Elected(), 20*time.Second).Should(BeClosed())
 	// B's Lease watch is held an event at a time; its claim watch is
 	// held whole, so its cache stays consistent with itself.
-	leases := envtestutil.NewWatchFreezer(func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/leases") })
-	claims := envtestutil.NewWatchFreezer(func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/fencedleases") })
+	leases := fault.NewWatchFreezer(func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/leases") })
+	claims := fault.NewWatchFreezer(func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/fencedleases") })
 	b, err := envtestutil.StartManager(managerCfg, envtestutil.ManagerOptions{LeaderElection: election, SingleAuthority: true,
 		Webhook: &testEnv.WebhookInstallOptions, WrapTransport: func(rt http.RoundTripper) http.RoundTripper { return claims.Wrap(leases.Wrap(rt)) }})
 	Expect(err).NotTo(HaveOccurred())

@@ -15,6 +15,7 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/fault"
 )
 
 // Seed §22's lost reply, on the authority that serves the webhook: the
@@ -30,8 +31,8 @@ var _ = Describe("A grant whose reply was lost", func() {
 	It("lets no write of the old holder through while the manager's cache still shows it", func() {
 		ns := newNamespace()
 		lock := "report-2026-07"
-		lost := envtestutil.NewLoseLeaseReply(ns, lock)
-		freezer := envtestutil.NewWatchFreezer(func(r *http.Request) bool { return strings.Contains(r.URL.Path, "/leases") })
+		lost := fault.NewLoseLeaseReply(ns, lock)
+		freezer := fault.NewWatchFreezer(func(r *http.Request) bool { return strings.Contains(r.URL.Path, "/leases") })
 		m, err := envtestutil.StartManager(managerCfg, envtestutil.ManagerOptions{Webhook: &testEnv.WebhookInstallOptions, SingleAuthority: true,
 			WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
 				return freezer.Wrap(lost.Wrap(rt))

@@ -15,6 +15,7 @@ import (
 	"github.com/fencekeeper/fencekeeper/internal/manager"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/fault"
 )
 
 // Seed §22's paused coordinator, as the chart runs it: under leader
@@ -38,7 +39,7 @@ var _ = Describe("A leader paused past its leader lease", func() {
 		By("leader A (a real process) serves the webhook")
 		server, err := url.Parse(adminCfg.Host)
 		Expect(err).NotTo(HaveOccurred())
-		route, err := envtestutil.NewProxy(server.Host)
+		route, err := fault.NewProxy(server.Host)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(route.Close)
 		a, err := envtestutil.StartManagerProcessVia(ctx, testEnv, k8s, GinkgoT().TempDir(), GinkgoWriter, route,

@@ -13,6 +13,7 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/fault"
 )
 
 // Several authorities without leader election: the replica serving the
@@ -27,7 +28,7 @@ var _ = Describe("A webhook-serving replica whose watches stalled", func() {
 		lock := "report-2026-07"
 
 		By("manager A serves the webhook and is an authority; manager B is another authority; no leader election")
-		freezer := envtestutil.NewWatchFreezer(nil)
+		freezer := fault.NewWatchFreezer(nil)
 		a, err := envtestutil.StartManager(managerCfg, envtestutil.ManagerOptions{Webhook: &testEnv.WebhookInstallOptions,
 			WrapTransport: freezer.Wrap})
 		Expect(err).NotTo(HaveOccurred())

@@ -24,8 +24,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
@@ -33,6 +31,7 @@ import (
 
 var (
 	ctx        = context.Background()
+	suite      *envtestutil.Suite
 	testEnv    *envtest.Environment
 	adminCfg   *rest.Config
 	managerCfg *rest.Config
@@ -46,20 +45,19 @@ func TestAdmission(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	env, err := envtestutil.StartAdmissionEnv(ctx, []string{"configmaps", "reports.reports.example.com/v1"},
-		filepath.Join(envtestutil.RepoRoot(), "test", "crds"))
+	var err error
+	suite, err = envtestutil.StartSuite(ctx, envtestutil.SuiteOptions{Log: GinkgoWriter,
+		Guarded: []string{"configmaps", "reports.reports.example.com/v1"},
+		CRDDirs: []string{filepath.Join(envtestutil.RepoRoot(), "test", "crds")}})
 	Expect(err).NotTo(HaveOccurred())
-	testEnv, adminCfg, managerCfg = env.Env, env.Admin, env.Manager
-	k8s, err = client.NewWithWatch(adminCfg, client.Options{Scheme: envtestutil.Scheme()})
-	Expect(err).NotTo(HaveOccurred())
+	testEnv, adminCfg, managerCfg, k8s = suite.Env, suite.Config, suite.Admission.Manager, suite.Client
 	asManager, err = client.New(managerCfg, client.Options{Scheme: envtestutil.Scheme()})
 	Expect(err).NotTo(HaveOccurred())
 })
 
 var _ = AfterSuite(func() {
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
+	if suite != nil {
+		Expect(suite.Stop()).To(Succeed())
 	}
 })
 

@@ -393,7 +393,7 @@ var _ = Describe("Lock controller", func() {
 	It("ends the hold of a holder whose grant no status recorded after its counter is broken or set back, and grants the next waiter an epoch above every earlier one", func() {
 		for i, tamper := range []func(e int64) string{
 			func(int64) string { return "garbage" },
-			func(e int64) string { return epochString(e) },     // back to the previous holder's
+			epochString,                                        // back to the previous holder's
 			func(e int64) string { return epochString(e - 5) }, // below it
 		} {
 			lock := fmt.Sprintf("heal-broken-%d", i)

@@ -37,11 +37,6 @@ func registrySum(name, label, value string) float64 {
 	return total
 }
 
-// memoryLocks reads fencekeeper_authority_memory_locks{memory=m}.
-func memoryLocks(m string) float64 {
-	return registrySum("fencekeeper_authority_memory_locks", "memory", m)
-}
-
 // reconcileErrors reads controller_runtime_reconcile_errors_total of a
 // controller.
 func reconcileErrors(controller string) float64 {

@@ -21,6 +21,7 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/controllers/podlease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/fault"
 )
 
 // leasePod creates a pod asking for lock, and plays the kubelet: Running
@@ -486,7 +487,7 @@ var _ = Describe("A pod-held lease with two managers at once", func() {
 	It("is not told Lost by a manager whose claim cache has not seen the grant the other one reported", func() {
 		ns := newNamespace()
 		blockers := []statusBlocker{{mu: &sync.Mutex{}, pods: map[string]bool{"p": true}}, {mu: &sync.Mutex{}, pods: map[string]bool{"p": true}}}
-		claimWatches := envtestutil.NewWatchFreezer(func(req *http.Request) bool { return strings.Contains(req.URL.Path, "/fencedleases") })
+		claimWatches := fault.NewWatchFreezer(func(req *http.Request) bool { return strings.Contains(req.URL.Path, "/fencedleases") })
 		r1, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns}, WrapTransport: blockers[0].wrap})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = r1.Stop() })
@@ -545,7 +546,7 @@ var _ = Describe("A pod-held lease with two managers at once", func() {
 var _ = Describe("A re-created pod with two managers at once", func() {
 	It("keeps its claim while one manager's pod cache has seen the old pod's deletion but not the new pod", func() {
 		ns := newNamespace()
-		podWatches := envtestutil.NewWatchFreezer(func(req *http.Request) bool { return strings.HasSuffix(req.URL.Path, "/pods") })
+		podWatches := fault.NewWatchFreezer(func(req *http.Request) bool { return strings.HasSuffix(req.URL.Path, "/pods") })
 		r1, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns}})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = r1.Stop() })
@@ -667,7 +668,7 @@ var _ = Describe("The pod bridge paused in the middle of a write", func() {
 var _ = Describe("A pod that stops asking while its Lost write is refused", func() {
 	It("is told Lost even though no later change of the pod passes the bridge's filter", func() {
 		ns := newNamespace()
-		podWatches := envtestutil.NewWatchFreezer(func(req *http.Request) bool { return strings.HasSuffix(req.URL.Path, "/pods") })
+		podWatches := fault.NewWatchFreezer(func(req *http.Request) bool { return strings.HasSuffix(req.URL.Path, "/pods") })
 		pw := pausedWrite{once: &sync.Once{}, held: make(chan struct{}), release: make(chan struct{}), status: make(chan int, 1),
 			match: func(req *http.Request) bool {
 				if req.Method != http.MethodPatch || !strings.HasSuffix(req.URL.Path, "/namespaces/"+ns+"/pods/p") || req.GetBody == nil {
@@ -707,7 +708,7 @@ var _ = Describe("A pod that stops asking while its Lost write is refused", func
 var _ = Describe("A pod holder whose readiness flaps between two looks", func() {
 	It("keeps its lease a full TTL from the last time it stopped being ready, not from the first", func() {
 		ns := newNamespace()
-		podWatches := envtestutil.NewWatchFreezer(func(req *http.Request) bool { return strings.HasSuffix(req.URL.Path, "/pods") })
+		podWatches := fault.NewWatchFreezer(func(req *http.Request) bool { return strings.HasSuffix(req.URL.Path, "/pods") })
 		m, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns}, WrapTransport: podWatches.Wrap})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = m.Stop() })

@@ -17,7 +17,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -25,14 +24,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 )
 
 var (
+	suite   *envtestutil.Suite
 	testEnv *envtest.Environment
 	cfg     *rest.Config
 	k8s     client.WithWatch
@@ -45,29 +43,22 @@ func TestControllers(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	var err error
-	testEnv, err = envtestutil.New()
-	Expect(err).NotTo(HaveOccurred())
-	cfg, err = testEnv.Start()
-	Expect(err).NotTo(HaveOccurred())
-	k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
 	// The claim-identity policy (config/policy) is in effect, as wherever
 	// fencekeeper is installed: a claim that records no identity is never
 	// granted (docs/design.md §2, rev. 3). The managers this suite starts
 	// run as its own identity, which the policy's parameter names. Specs
 	// that need a claim recording no identity make it inside
 	// envtestutil.WithoutClaimIdentity.
-	var self authenticationv1.SelfSubjectReview
-	Expect(k8s.Create(context.Background(), &self)).To(Succeed())
-	_, err = envtestutil.InstallClaimIdentity(context.Background(), cfg, self.Status.UserInfo.Username)
+	var err error
+	suite, err = envtestutil.StartSuite(context.Background(), envtestutil.SuiteOptions{
+		Log: GinkgoWriter, ClaimIdentity: true, Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
+	testEnv, cfg, k8s = suite.Env, suite.Config, suite.Client
 })
 
 var _ = AfterSuite(func() {
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
+	if suite != nil {
+		Expect(suite.Stop()).To(Succeed())
 	}
 })
 

@@ -12,6 +12,7 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/fault"
 )
 
 // Seed §22's lost reply, on the authority: the grant to the next holder
@@ -24,8 +25,8 @@ var _ = Describe("A Lease write whose reply was lost", func() {
 	It("is followed by no view of the old holder until the write's outcome is known", func() {
 		ns := newNamespace()
 		lock := "lost-reply"
-		lost := envtestutil.NewLoseLeaseReply(ns, lock)
-		freezer := envtestutil.NewWatchFreezer(func(r *http.Request) bool { return strings.Contains(r.URL.Path, "/leases") })
+		lost := fault.NewLoseLeaseReply(ns, lock)
+		freezer := fault.NewWatchFreezer(func(r *http.Request) bool { return strings.Contains(r.URL.Path, "/leases") })
 		m, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{SingleAuthority: true,
 			WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
 				return freezer.Wrap(lost.Wrap(rt))

@@ -15,6 +15,7 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/fault"
 )
 
 // heldRevisionRead lets the authority's first storage-revision read (its
@@ -59,7 +60,7 @@ func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { re
 type unseenLease struct {
 	ns, lock       string
 	read           *heldRevisionRead
-	leases, claims *envtestutil.WatchFreezer
+	leases, claims *fault.WatchFreezer
 	a              *envtestutil.Manager
 	b              *runningManager
 	stopB          sync.Once
@@ -68,8 +69,8 @@ type unseenLease struct {
 
 func stageUnseenLease(lock string) *unseenLease {
 	s := &unseenLease{ns: newNamespace(), lock: lock, read: newHeldRevisionRead(),
-		leases: envtestutil.NewWatchFreezer(func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/leases") }),
-		claims: envtestutil.NewWatchFreezer(func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/fencedleases") })}
+		leases: fault.NewWatchFreezer(func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/leases") }),
+		claims: fault.NewWatchFreezer(func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/fencedleases") })}
 	var err error
 	s.a, err = envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{s.ns},
 		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {

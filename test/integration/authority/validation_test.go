@@ -88,9 +88,9 @@ var _ = Describe("FencedLease validation by the apiserver", func() {
 	It("keeps the TTL of a claim immutable, including a Held one, whatever the write", func() {
 		m := startManager(0)
 		DeferCleanup(m.Stop)
-		c := createClaim(ns, "ttl", "report-ttl", "W1", 60)
+		createClaim(ns, "ttl", "report-ttl", "W1", 60)
 		eventuallyPhase(ns, "ttl", fkv1.PhaseHeld)
-		c = getClaim(ns, "ttl")
+		c := getClaim(ns, "ttl")
 		c.Spec.LeaseDurationSeconds = ptr.To(int32(1))
 		err := k8s.Update(ctx, c)
 		Expect(err).To(HaveOccurred())

@@ -1,4 +1,9 @@
-package envtestutil
+// Package fault injects faults into a test control plane and the clients
+// of it: stalled watch streams (WatchFreezer), network partitions between
+// one client and the apiserver (Proxy), a Lease write whose reply is lost
+// after it committed (LoseLeaseReply), and a paused or restarted etcd or
+// kube-apiserver (ControlPlaneProcess).
+package fault
 
 import (
 	"context"

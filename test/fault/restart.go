@@ -1,4 +1,4 @@
-package envtestutil
+package fault
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/test/proc"
 )
 
 // ControlPlaneProcess is etcd or kube-apiserver of a control plane this test
@@ -48,7 +49,7 @@ func (p *ControlPlaneProcess) Pid() int {
 // executable is named name ("etcd", "kube-apiserver").
 func FindControlPlaneProcess(name string, out io.Writer) (*ControlPlaneProcess, error) {
 	self := os.Getpid()
-	children, err := Children(self)
+	children, err := proc.Children(self)
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +65,9 @@ func FindControlPlaneProcess(name string, out io.Writer) (*ControlPlaneProcess, 
 	}
 	return nil, fmt.Errorf("no %s child process of pid %d", name, self)
 }
+
+// Args is the process's command line, the executable first (a copy).
+func (p *ControlPlaneProcess) Args() []string { return append([]string(nil), p.args...) }
 
 // Arg returns the value of --name=value on the process's command line.
 func (p *ControlPlaneProcess) Arg(name string) string {
@@ -152,13 +156,15 @@ func (p *ControlPlaneProcess) kill() {
 	_ = syscall.Kill(p.pid, syscall.SIGCONT)
 	_ = syscall.Kill(p.pid, syscall.SIGKILL)
 	if p.cmd != nil {
-		<-p.exited
+		// cmd.Wait's error is dropped: "signal: killed" is what we asked for.
+		waitErr := <-p.exited
+		_ = waitErr
 		p.exited <- nil // for a later Stop
 		return
 	}
 	// envtest's own child: envtest reaps it; wait until it is gone.
 	for i := 0; i < 500; i++ {
-		if st, ok := ReadProc(p.pid); !ok || st.Zombie() {
+		if st, ok := proc.ReadProc(p.pid); !ok || st.Zombie() {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -171,11 +177,15 @@ func (p *ControlPlaneProcess) Stop() {
 	if p.cmd != nil {
 		_ = syscall.Kill(p.pid, syscall.SIGCONT)
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		// cmd.Wait's error is dropped: after our SIGTERM or SIGKILL,
+		// "signal: terminated" or "signal: killed" is the expected result.
 		select {
-		case <-p.exited:
+		case waitErr := <-p.exited:
+			_ = waitErr
 		case <-time.After(20 * time.Second):
 			_ = p.cmd.Process.Kill()
-			<-p.exited
+			waitErr := <-p.exited
+			_ = waitErr
 		}
 		p.cmd = nil
 	}

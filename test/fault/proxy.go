@@ -1,4 +1,4 @@
-package envtestutil
+package fault
 
 import (
 	"net"

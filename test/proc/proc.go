@@ -1,4 +1,8 @@
-package envtestutil
+// Package proc reads the Linux process table (/proc/PID/stat): a process
+// and its state, and the children of a process. The test helpers use it to
+// find the control plane processes envtest started and to tell when a
+// process has exited.
+package proc
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package envtestutil
+package fault
 
 import (
 	"errors"
@@ -7,10 +7,10 @@ import (
 	"sync/atomic"
 )
 
-// LoseLeaseReply is a transport (ManagerOptions.WrapTransport) that, once
-// armed, sends the next update of the Lease at Path and then loses its
-// reply: the write commits, the manager is told it failed. It disarms
-// itself and signals Happened.
+// LoseLeaseReply is a transport (envtestutil.ManagerOptions.WrapTransport)
+// that, once armed, sends the next update of the Lease at Path and then
+// loses its reply: the write commits, the manager is told it failed. It
+// disarms itself and signals Happened.
 type LoseLeaseReply struct {
 	Next http.RoundTripper
 	// Path is the end of the Lease's URL path: /namespaces/<ns>/leases/<name>.
