@@ -1,6 +1,7 @@
 package authority_test
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -127,8 +128,9 @@ var _ = Describe("Owner references on managed Leases", func() {
 	})
 
 	// The write that removes them is a ledger write like any other: an idle
-	// Lease whose counter is unreadable is written from the storage
-	// revision (read for it), never left with owners for want of it.
+	// Lease whose counter is unreadable is a new ledger, written from the
+	// resourceVersion of the version it replaces (a storage revision above
+	// every epoch it issued), never left with owners for want of it.
 	It("removes them from an idle Lease whose counter is unreadable, restarting the counter at the storage revision", func() {
 		c1 := createClaim(ns, "c1", "lost-counter", "W1", 30)
 		e := eventuallyPhase(ns, c1.Name, fkv1.PhaseHeld).Status.Epoch
@@ -140,7 +142,8 @@ var _ = Describe("Owner references on managed Leases", func() {
 		l.Annotations[fkv1.AnnotationEpoch] = "garbage"
 		l.OwnerReferences = owners
 		Expect(k8s.Update(ctx, l)).To(Succeed())
-		rev := storageRevision()
+		rev, err := strconv.ParseInt(l.ResourceVersion, 10, 64)
+		Expect(err).NotTo(HaveOccurred())
 		after := removed("lost-counter")
 		epoch, err := fkv1.ParseEpoch(after.Annotations[fkv1.AnnotationEpoch])
 		Expect(err).NotTo(HaveOccurred())
