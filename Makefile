@@ -117,12 +117,9 @@ endef
 test: tools verify-gen fmt-check vet ## Every test, against a real kube-apiserver and etcd built into bin/ (what CI runs).
 	@$(call go-test,-timeout $(TEST_TIMEOUT) -count=1)
 
-# The envtest-backed ginkgo suites (their Test functions), left out by test-unit.
-ENVTEST_SUITES := ^Test(Controllers|Plugin|Lease|Election|Chart|Admission|CELMode|Cluster|Chaos|Restore|Demo|DemoLeader|Docs)$$
-
 .PHONY: test-unit
-test-unit: ## Pure tests only: no control plane, no bin/ binaries, seconds once compiled.
-	$(GO) test -timeout $(TEST_TIMEOUT) -count=1 -skip '$(ENVTEST_SUITES)' ./...
+test-unit: ## Pure tests only (every package outside test/ and hack/demo*): no control plane, no bin/ binaries, seconds once compiled.
+	$(GO) test -timeout $(TEST_TIMEOUT) -count=1 $$($(GO) list ./... | grep -v -e /test/ -e /hack/demo)
 
 ##@ Local control plane, demo and benchmark
 

@@ -128,7 +128,14 @@ func convert(obj runtime.Object, lock string, deleted bool) (Event, bool) {
 		if o.Spec.LockName != lock || deleted {
 			return Event{}, false
 		}
+		_, _, breakRequested := fkv1.BreakRequest(o)
 		switch held := meta.FindStatusCondition(o.Status.Conditions, fkv1.ConditionHeld); {
+		case o.Status.Phase == fkv1.PhaseHeld && o.Status.Epoch != 0 && breakRequested:
+			// An operator's break (its breaker recorded by admission) ends
+			// the hold as soon as the authority sees it, before the claim's
+			// status says so, which it may never do (the claim deleted
+			// first): the break is recorded from the request.
+			return Event{Kind: KindBroken, Object: o.Name, Epoch: o.Status.Epoch, Holder: string(o.UID), Who: o.Spec.HolderIdentity}, true
 		case o.Status.Phase == fkv1.PhaseHeld:
 			return Event{Kind: KindClaim, Object: o.Name, Epoch: o.Status.Epoch, Holder: string(o.UID), Who: o.Spec.HolderIdentity}, true
 		case o.Status.Phase == fkv1.PhaseExpired && held != nil && held.Reason == fkv1.ReasonForcedRelease && o.Status.Epoch != 0:
