@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/fencekeeper/fencekeeper/test/fault"
+	"github.com/fencekeeper/fencekeeper/test/proc"
 )
 
 // ExtraInstance stands in for a second apiserver instance behind the
@@ -207,17 +208,7 @@ func (s *SecondAPIServer) Stop(ctx context.Context) error {
 		s.slice = nil
 	}
 	if s.cmd != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		// cmd.Wait's error is dropped: after our SIGTERM or SIGKILL,
-		// "signal: terminated" or "signal: killed" is the expected result.
-		select {
-		case waitErr := <-s.exited:
-			_ = waitErr
-		case <-time.After(20 * time.Second):
-			_ = s.cmd.Process.Kill()
-			waitErr := <-s.exited
-			_ = waitErr
-		}
+		proc.Terminate(s.cmd.Process, s.exited, 20*time.Second)
 		s.cmd = nil
 	}
 	return err

@@ -176,17 +176,7 @@ func (p *ControlPlaneProcess) kill() {
 func (p *ControlPlaneProcess) Stop() {
 	if p.cmd != nil {
 		_ = syscall.Kill(p.pid, syscall.SIGCONT)
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		// cmd.Wait's error is dropped: after our SIGTERM or SIGKILL,
-		// "signal: terminated" or "signal: killed" is the expected result.
-		select {
-		case waitErr := <-p.exited:
-			_ = waitErr
-		case <-time.After(20 * time.Second):
-			_ = p.cmd.Process.Kill()
-			waitErr := <-p.exited
-			_ = waitErr
-		}
+		proc.Terminate(p.cmd.Process, p.exited, 20*time.Second)
 		p.cmd = nil
 	}
 }

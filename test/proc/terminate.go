@@ -1,0 +1,20 @@
+package proc
+
+import (
+	"os"
+	"syscall"
+	"time"
+)
+
+// Terminate sends p SIGTERM and waits for exited (cmd.Wait's result), killing
+// p if it has not exited within grace. The Wait error is dropped: after
+// SIGTERM or SIGKILL, "signal: terminated" or "signal: killed" is expected.
+func Terminate(p *os.Process, exited <-chan error, grace time.Duration) {
+	_ = p.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-exited
+	}
+}
