@@ -11,10 +11,12 @@ import (
 // SIGTERM or SIGKILL, "signal: terminated" or "signal: killed" is expected.
 func Terminate(p *os.Process, exited <-chan error, grace time.Duration) {
 	_ = p.Signal(syscall.SIGTERM)
+	var waitErr error
 	select {
-	case <-exited:
+	case waitErr = <-exited:
 	case <-time.After(grace):
 		_ = p.Kill()
-		<-exited
+		waitErr = <-exited
 	}
+	_ = waitErr
 }
