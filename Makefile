@@ -10,7 +10,6 @@ GO ?= go
 GO_BUILD_FLAGS ?= -trimpath -ldflags=-s -ldflags=-w
 IMG ?= ghcr.io/fencekeeper/fencekeeper:dev
 CONTAINER_TOOL ?= docker
-GINKGO_FLAGS ?=
 TEST_TIMEOUT ?= 30m
 # make test runs the chaos suite for this long; make chaos sets its own.
 CHAOS_BUDGET ?=
@@ -97,25 +96,9 @@ lint: ## Run golangci-lint with .golangci.yml.
 
 ##@ Test
 
-# go-test runs `go test $(1)` on every package. GINKGO_FLAGS go (after -args)
-# only to the packages whose tests import ginkgo: other test binaries refuse
-# flags they do not know.
-GO_LIST_TEST_IMPORTS = $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./...
-define go-test
-$(if $(strip $(GINKGO_FLAGS)),\
-	pkgs="$$($(GO_LIST_TEST_IMPORTS))"; \
-	suites="$$(awk '/github.com\/onsi\/ginkgo/ {print $$1}' <<<"$$pkgs")"; \
-	others="$$(awk '!/github.com\/onsi\/ginkgo/ {print $$1}' <<<"$$pkgs")"; \
-	rc=0; \
-	echo "$(GO) test $(1) <packages without ginkgo suites>"; $(GO) test $(1) $$others || rc=$$?; \
-	echo "$(GO) test $(1) <ginkgo suites> -args <GINKGO_FLAGS>"; $(GO) test $(1) $$suites -args $(GINKGO_FLAGS) || rc=$$?; \
-	exit $$rc,\
-	echo "$(GO) test $(1) ./..."; $(GO) test $(1) ./...)
-endef
-
 .PHONY: test
 test: tools verify-gen fmt-check vet ## Every test, against a real kube-apiserver and etcd built into bin/ (what CI runs).
-	@$(call go-test,-timeout $(TEST_TIMEOUT) -count=1)
+	$(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./...
 
 .PHONY: test-unit
 test-unit: ## Pure tests only (every package outside test/ and hack/demo*): no control plane, no bin/ binaries, seconds once compiled.
@@ -171,7 +154,6 @@ help: ## Show the targets by section, then the variables you can set.
 		/^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo
 	@echo "Variables (on the make command line or in the environment):"
-	@echo "  GINKGO_FLAGS             flags for the ginkgo suites only (test), e.g. '--ginkgo.focus=pod --ginkgo.v'"
 	@echo "  TEST_TIMEOUT             go test -timeout per package (now: $(TEST_TIMEOUT))"
 	@echo "  BENCH_QUICK=1            make bench: smaller samples, about 2 minutes"
 	@echo "  BENCH_GOMEMLIMIT         make bench: GOMEMLIMIT of the manager under test (default 128MiB, the chart's)"

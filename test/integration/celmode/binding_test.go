@@ -7,9 +7,11 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"testing"
+	"sync/atomic"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 	"go.uber.org/zap/zapcore"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -53,85 +55,65 @@ type bed struct {
 
 // startBed starts a control plane with the lease guard and a manager
 // running only the CEL-mode policies and bindings, whose clock is ahead by
-// skew.
-func startBed(t *testing.T, skew time.Duration) *bed {
-	t.Helper()
+// skew; both are stopped when the spec ends.
+func startBed(skew time.Duration) *bed {
+	GinkgoHelper()
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	ctx := context.Background()
 	env, err := envtestutil.StartCELEnv(ctx, []string{"configmaps"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Env.Stop() })
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { _ = env.Env.Stop() })
 	b := &bed{env: env}
-	if b.admin, err = client.NewWithWatch(env.Admin, client.Options{Scheme: envtestutil.Scheme()}); err != nil {
-		t.Fatal(err)
-	}
-	if b.manager, err = client.New(env.Manager, client.Options{Scheme: envtestutil.Scheme()}); err != nil {
-		t.Fatal(err)
-	}
+	b.admin, err = client.NewWithWatch(env.Admin, client.Options{Scheme: envtestutil.Scheme()})
+	Expect(err).NotTo(HaveOccurred())
+	b.manager, err = client.New(env.Manager, client.Options{Scheme: envtestutil.Scheme()})
+	Expect(err).NotTo(HaveOccurred())
 	mcfg := rest.CopyConfig(env.Manager)
 	mcfg.QPS, mcfg.Burst = 1000, 2000
 	mgr, err := ctrl.NewManager(mcfg, ctrl.Options{Scheme: envtestutil.Scheme(), Cache: manager.CacheOptions(nil),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &fkv1.FencedLease{}, fkv1.IndexLockName, func(o client.Object) []string {
+	Expect(err).NotTo(HaveOccurred())
+	Expect(mgr.GetFieldIndexer().IndexField(ctx, &fkv1.FencedLease{}, fkv1.IndexLockName, func(o client.Object) []string {
 		return []string{o.(*fkv1.FencedLease).Spec.LockName}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})).To(Succeed())
 	guarded, err := webhook.ParseGuardedResources([]string{"configmaps"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	Expect(err).NotTo(HaveOccurred())
 	policies, err := celmode.Render(celmode.Options{Guarded: guarded, ExcludedNamespaces: []string{"kube-system", envtestutil.ManagerNamespace}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	Expect(err).NotTo(HaveOccurred())
 	copts := controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)}
-	if err := celctrl.NewPoliciesReconciler(mgr.GetClient(), policies).SetupWithManager(mgr, copts); err != nil {
-		t.Fatal(err)
-	}
-	if err := celctrl.NewBindingReconciler(mgr.GetClient(), celctrl.WithClock(skewedClock{ahead: skew})).SetupWithManager(mgr, copts); err != nil {
-		t.Fatal(err)
-	}
+	Expect(celctrl.NewPoliciesReconciler(mgr.GetClient(), policies).SetupWithManager(mgr, copts)).To(Succeed())
+	Expect(celctrl.NewBindingReconciler(mgr.GetClient(), celctrl.WithClock(skewedClock{ahead: skew})).SetupWithManager(mgr, copts)).To(Succeed())
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	DeferCleanup(func() { cancel(); <-done })
 	// The policies are in force: an empty lock label is refused.
-	ns := b.namespace(t)
+	ns := b.namespace()
 	var last error
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		last = b.admin.Create(ctx, configMap(ns, "policy-probe", "", nil), client.DryRunAll)
 		return reasonOf(last) == fkv1.AdmissionEmptyLockLabel, nil
 	}); err != nil {
-		t.Fatalf("the CEL-mode policies are not enforced: %v", last)
+		Fail(fmt.Sprintf("the CEL-mode policies are not enforced: %v", last))
 	}
 	return b
 }
 
-func (b *bed) namespace(t *testing.T) string {
-	t.Helper()
+func (b *bed) namespace() string {
+	GinkgoHelper()
 	ns, err := envtestutil.NewNamespace(context.Background(), b.admin, "celbinding")
-	if err != nil {
-		t.Fatal(err)
-	}
+	Expect(err).NotTo(HaveOccurred())
 	return ns
 }
 
 // grant creates lock's managed Lease in ns, as the manager does on a first
 // grant (last epoch issued 3, held by nobody).
-func (b *bed) grant(t *testing.T, ns, lock string) *coordinationv1.Lease {
-	t.Helper()
+func (b *bed) grant(ns, lock string) *coordinationv1.Lease {
+	GinkgoHelper()
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: lock,
 		Labels:      map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue, fkv1.LabelLock: lock},
 		Annotations: map[string]string{fkv1.AnnotationEpoch: "3"}}}
-	if err := b.manager.Create(context.Background(), l); err != nil {
-		t.Fatal(err)
-	}
+	Expect(b.manager.Create(context.Background(), l)).To(Succeed())
 	return l
 }
 
@@ -145,6 +127,7 @@ func (b *bed) grant(t *testing.T, ns, lock string) *coordinationv1.Lease {
 // forged watermark.
 type fire struct {
 	stop, done chan struct{}
+	halting    sync.Once
 	strict     bool
 	mu         sync.Mutex
 	accepted   []string
@@ -152,13 +135,11 @@ type fire struct {
 	writes     int
 }
 
-func (b *bed) fire(ctx context.Context, t *testing.T, c client.Client, ns, lock, prefix string, strict bool) *fire {
-	t.Helper()
+func (b *bed) fire(ctx context.Context, c client.Client, ns, lock, prefix string, strict bool) *fire {
+	GinkgoHelper()
 	f := &fire{stop: make(chan struct{}), done: make(chan struct{}), strict: strict}
 	w, err := b.admin.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
+	Expect(err).NotTo(HaveOccurred())
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -216,45 +197,45 @@ func (f *fire) record(s string) {
 	f.accepted = append(f.accepted, s)
 }
 
+// halt stops the writes, if cease has not, and waits until they have
+// stopped: deferred by whoever starts a fire, so that a spec that fails
+// before its cease leaves no writes running.
+func (f *fire) halt() {
+	f.halting.Do(func() { close(f.stop) })
+	<-f.done
+}
+
 // cease stops the writes and checks that none was accepted, and that the
 // last was refused for the right reason (want; "" for any).
-func (f *fire) cease(t *testing.T, want fkv1.AdmissionReason) {
-	t.Helper()
-	close(f.stop)
-	<-f.done
+func (f *fire) cease(want fkv1.AdmissionReason) {
+	GinkgoHelper()
+	f.halt()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for i, a := range f.accepted {
-		if i == 5 {
-			t.Errorf("... %d more", len(f.accepted)-i)
-			break
-		}
-		t.Error(a)
+	GinkgoWriter.Printf("%d writes presented epoch %s; accepted: %d; the last was refused with %q\n", f.writes, forged, len(f.accepted), f.last)
+	// The first five, then how many more.
+	accepted := f.accepted
+	if len(accepted) > 5 {
+		accepted = append(accepted[:5:5], fmt.Sprintf("... %d more", len(f.accepted)-5))
 	}
-	if f.writes < 20 {
-		t.Errorf("only %d forged writes were sent", f.writes)
-	}
-	t.Logf("%d writes presented epoch %s; accepted: %d; the last was refused with %q", f.writes, forged, len(f.accepted), f.last)
-	if want != "" && f.last != want {
-		t.Errorf("the last forged write was refused with %q, want %q", f.last, want)
+	Expect(accepted).To(BeEmpty(), "forged writes accepted")
+	Expect(f.writes).To(BeNumerically(">=", 20), "only %d forged writes were sent", f.writes)
+	if want != "" {
+		Expect(f.last).To(Equal(want), "the last forged write was refused with %q, want %q", f.last, want)
 	}
 }
 
 // watchCreated returns a channel that receives, the moment a watch shows
 // the object of list's kind named name get an event of type typ (from now
 // on), what check returns then.
-func (b *bed) watchCreated(ctx context.Context, t *testing.T, list client.ObjectList, name string, typ watch.EventType, check func() string) <-chan string {
-	t.Helper()
+func (b *bed) watchCreated(ctx context.Context, list client.ObjectList, name string, typ watch.EventType, check func() string) <-chan string {
+	GinkgoHelper()
 	// From the list's resourceVersion: a watch from "now" would start with
 	// an ADDED event for an object that exists already.
-	if err := b.admin.List(ctx, list, client.MatchingFields{"metadata.name": name}); err != nil {
-		t.Fatal(err)
-	}
+	Expect(b.admin.List(ctx, list, client.MatchingFields{"metadata.name": name})).To(Succeed())
 	rv := list.GetResourceVersion()
 	w, err := b.admin.Watch(ctx, list, client.MatchingFields{"metadata.name": name}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	Expect(err).NotTo(HaveOccurred())
 	out := make(chan string, 1)
 	go func() {
 		defer w.Stop()
@@ -276,240 +257,216 @@ func (b *bed) probe(ctx context.Context, ns, lock string, ann map[string]string)
 	return reasonOf(b.admin.Create(ctx, cm, client.DryRunAll))
 }
 
-// TestMutatingBindingWaitsForProof: with the manager's clock 10 s ahead of
-// the apiserver's, a new lock's mutating binding is created only once the
-// apiserver enforces its fencing binding (a probe sent the moment the
-// mutating binding appears is refused by the fencing binding), and a
-// forged epoch presented all the while is never accepted: no version of
-// any object carries it. Several locks at once, each from its first Lease.
-func TestMutatingBindingWaitsForProof(t *testing.T) {
-	b := startBed(t, 10*time.Second)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	for i := range 3 {
-		lock := fmt.Sprintf("skew-%d", i)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.bindUnderFire(ctx, t, lock)
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
-
-	// Someone deletes the fencing binding: the manager creates it again,
-	// and the mutating binding, proven against the one deleted, is deleted
-	// and created again only once the new one is in force.
-	const lock = "skew-0"
-	key := client.ObjectKey{Name: celmode.BindingName(lock)}
-	var old admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	if err := b.admin.Get(ctx, key, &old); err != nil {
-		t.Fatal(err)
-	}
-	var leases coordinationv1.LeaseList
-	if err := b.admin.List(ctx, &leases, client.MatchingLabels{fkv1.LabelLock: lock}); err != nil || len(leases.Items) != 1 {
-		t.Fatalf("the Lease of %s: %v (%d)", lock, err, len(leases.Items))
-	}
-	ns := leases.Items[0].Namespace
-	recreated := b.watchCreated(ctx, t, &admissionregistrationv1.MutatingAdmissionPolicyBindingList{}, celmode.BindingName(lock), watch.Added, func() string {
-		return string(b.probe(ctx, ns, lock, nil))
-	})
-	if err := b.admin.Delete(ctx, &old); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case got := <-recreated:
-		if got != string(fkv1.AdmissionMissingEpoch) {
-			t.Errorf("the mutating binding was created again while the apiserver did not enforce the new fencing binding: a probe then got %q", got)
+var _ = Describe("CEL mode's per-lock bindings, with the manager's clock 10 s ahead of the apiserver's", func() {
+	// With the manager's clock 10 s ahead of the apiserver's, a new lock's
+	// mutating binding is created only once the apiserver enforces its
+	// fencing binding (a probe sent the moment the mutating binding appears
+	// is refused by the fencing binding), and a forged epoch presented all
+	// the while is never accepted: no version of any object carries it.
+	// Several locks at once, each from its first Lease.
+	It("creates the mutating binding only once the apiserver enforces the fencing binding", func() {
+		b := startBed(10 * time.Second)
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		var bound atomic.Int32
+		for i := range 3 {
+			lock := fmt.Sprintf("skew-%d", i)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer GinkgoRecover()
+				b.bindUnderFire(ctx, lock)
+				bound.Add(1)
+			}()
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("the mutating binding proven against the deleted fencing binding was never replaced")
-	}
-	var v admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	var m admissionregistrationv1.MutatingAdmissionPolicyBinding
-	if err := errors.Join(b.admin.Get(ctx, key, &v), b.admin.Get(ctx, key, &m)); err != nil {
-		t.Fatal(err)
-	}
-	if v.UID == old.UID || m.Annotations[celmode.ProvenAnnotation] != string(v.UID) {
-		t.Errorf("after the fencing binding was re-created (uid %s -> %s), the mutating binding records %q", old.UID, v.UID, m.Annotations[celmode.ProvenAnnotation])
-	}
-
-	// A lock whose only Lease is in a namespace the policies exclude gets
-	// its validating bindings, but no mutating one (there it would do
-	// nothing, and no probe can prove anything there) until a Lease comes
-	// where the policies check: then it is proven and bound.
-	const excluded = "excluded-only"
-	b.grant(t, envtestutil.ManagerNamespace, excluded)
-	ekey := client.ObjectKey{Name: celmode.BindingName(excluded)}
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		return b.admin.Get(ctx, ekey, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}) == nil, nil
-	}); err != nil {
-		t.Fatalf("lock %s got no validating binding", excluded)
-	}
-	time.Sleep(2 * time.Second)
-	if err := b.admin.Get(ctx, ekey, &admissionregistrationv1.MutatingAdmissionPolicyBinding{}); !apierrors.IsNotFound(err) {
-		t.Errorf("lock %s with a Lease only where the policies do not check: mutating binding %v, want not found", excluded, err)
-	}
-	ns2 := b.namespace(t)
-	created := b.watchCreated(ctx, t, &admissionregistrationv1.MutatingAdmissionPolicyBindingList{}, celmode.BindingName(excluded), watch.Added, func() string {
-		return string(b.probe(ctx, ns2, excluded, nil))
-	})
-	b.grant(t, ns2, excluded)
-	select {
-	case got := <-created:
-		if got != string(fkv1.AdmissionMissingEpoch) {
-			t.Errorf("lock %s: the mutating binding came while the fencing binding was not in force: a probe then got %q", excluded, got)
+		wg.Wait()
+		if bound.Load() != 3 {
+			return // a lock failed: the spec has failed
 		}
-	case <-time.After(60 * time.Second):
-		t.Errorf("lock %s: no mutating binding after a Lease came where the policies check", excluded)
-	}
-}
+
+		By("someone deletes the fencing binding: the manager creates it again, and the mutating binding, " +
+			"proven against the one deleted, is deleted and created again only once the new one is in force")
+		const lock = "skew-0"
+		key := client.ObjectKey{Name: celmode.BindingName(lock)}
+		var old admissionregistrationv1.ValidatingAdmissionPolicyBinding
+		Expect(b.admin.Get(ctx, key, &old)).To(Succeed())
+		var leases coordinationv1.LeaseList
+		err := b.admin.List(ctx, &leases, client.MatchingLabels{fkv1.LabelLock: lock})
+		Expect(err).NotTo(HaveOccurred(), "the Lease of %s", lock)
+		Expect(leases.Items).To(HaveLen(1), "the Lease of %s", lock)
+		ns := leases.Items[0].Namespace
+		recreated := b.watchCreated(ctx, &admissionregistrationv1.MutatingAdmissionPolicyBindingList{}, celmode.BindingName(lock), watch.Added, func() string {
+			return string(b.probe(ctx, ns, lock, nil))
+		})
+		Expect(b.admin.Delete(ctx, &old)).To(Succeed())
+		select {
+		case got := <-recreated:
+			Expect(got).To(Equal(string(fkv1.AdmissionMissingEpoch)),
+				"the mutating binding was created again while the apiserver did not enforce the new fencing binding: a probe then got %q", got)
+		case <-time.After(60 * time.Second):
+			Fail("the mutating binding proven against the deleted fencing binding was never replaced")
+		}
+		var v admissionregistrationv1.ValidatingAdmissionPolicyBinding
+		var m admissionregistrationv1.MutatingAdmissionPolicyBinding
+		Expect(errors.Join(b.admin.Get(ctx, key, &v), b.admin.Get(ctx, key, &m))).To(Succeed())
+		if v.UID == old.UID || m.Annotations[celmode.ProvenAnnotation] != string(v.UID) {
+			Fail(fmt.Sprintf("after the fencing binding was re-created (uid %s -> %s), the mutating binding records %q", old.UID, v.UID, m.Annotations[celmode.ProvenAnnotation]))
+		}
+
+		By("a lock whose only Lease is in a namespace the policies exclude gets its validating bindings, " +
+			"but no mutating one (there it would do nothing, and no probe can prove anything there) " +
+			"until a Lease comes where the policies check: then it is proven and bound")
+		const excluded = "excluded-only"
+		b.grant(envtestutil.ManagerNamespace, excluded)
+		ekey := client.ObjectKey{Name: celmode.BindingName(excluded)}
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			return b.admin.Get(ctx, ekey, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}) == nil, nil
+		}); err != nil {
+			Fail(fmt.Sprintf("lock %s got no validating binding", excluded))
+		}
+		time.Sleep(2 * time.Second)
+		err = b.admin.Get(ctx, ekey, &admissionregistrationv1.MutatingAdmissionPolicyBinding{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(),
+			"lock %s with a Lease only where the policies do not check: mutating binding %v, want not found", excluded, err)
+		ns2 := b.namespace()
+		created := b.watchCreated(ctx, &admissionregistrationv1.MutatingAdmissionPolicyBindingList{}, celmode.BindingName(excluded), watch.Added, func() string {
+			return string(b.probe(ctx, ns2, excluded, nil))
+		})
+		b.grant(ns2, excluded)
+		select {
+		case got := <-created:
+			Expect(got).To(Equal(string(fkv1.AdmissionMissingEpoch)),
+				"lock %s: the mutating binding came while the fencing binding was not in force: a probe then got %q", excluded, got)
+		case <-time.After(60 * time.Second):
+			Fail(fmt.Sprintf("lock %s: no mutating binding after a Lease came where the policies check", excluded))
+		}
+	})
+
+	// A second apiserver instance that does not enforce the fencing binding
+	// (here: it runs no validating admission policy at all, the extreme of a
+	// lagging watch) holds the mutating binding back, however long, while
+	// the first instance enforces it, with the manager's clock 10 s ahead.
+	// Writes presenting the forged epoch go to both instances all the while:
+	// the first refuses every one; the second admits them (it validates
+	// nothing), but no object ever takes the forged epoch as its watermark,
+	// since no instance runs the mutating binding. Once the second instance
+	// is gone, the mutating binding comes.
+	It("waits for every apiserver instance to enforce the fencing binding before creating the mutating binding", func() {
+		b := startBed(10 * time.Second)
+		ctx := context.Background()
+		second, err := envtestutil.StartSecondAPIServer(ctx, b.env.Admin,
+			map[string]string{"disable-admission-plugins": "ServiceAccount,ValidatingAdmissionPolicy"}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = second.Stop(context.Background()) })
+		viaSecond, err := client.New(second.Config, client.Options{Scheme: envtestutil.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
+		const lock = "lagging"
+		ns := b.namespace()
+		Expect(b.admin.Create(ctx, configMap(ns, "target", lock, nil))).To(Succeed())
+		f1 := b.fire(ctx, b.admin, ns, lock, "first", true)
+		defer f1.halt()
+		f2 := b.fire(ctx, viaSecond, ns, lock, "second", false)
+		defer f2.halt()
+		created := b.watchCreated(ctx, &admissionregistrationv1.MutatingAdmissionPolicyBindingList{}, celmode.BindingName(lock), watch.Added, func() string {
+			return string(b.probe(ctx, ns, lock, nil))
+		})
+		b.grant(ns, lock)
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			return b.probe(ctx, ns, lock, nil) == fkv1.AdmissionMissingEpoch, nil
+		}); err != nil {
+			Fail(fmt.Sprintf("the first apiserver never enforced the fencing binding of %s", lock))
+		}
+		time.Sleep(5 * time.Second)
+		err = b.admin.Get(ctx, client.ObjectKey{Name: celmode.BindingName(lock)}, &admissionregistrationv1.MutatingAdmissionPolicyBinding{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(),
+			"while an instance does not enforce the fencing binding, the mutating binding of %s: %v, want not found", lock, err)
+		By("the second instance leaves (it is no longer listed, and stops)")
+		f2.cease("")
+		Expect(second.Stop(ctx)).To(Succeed())
+		select {
+		case got := <-created:
+			Expect(got).To(Equal(string(fkv1.AdmissionMissingEpoch)),
+				"the mutating binding was created while the apiserver did not enforce the fencing binding: a probe then got %q", got)
+		case <-time.After(60 * time.Second):
+			Fail(fmt.Sprintf("the mutating binding of %s was never created", lock))
+		}
+		time.Sleep(2 * time.Second)
+		f1.cease(fkv1.AdmissionFutureEpoch)
+	})
+
+	// A lock no claim or managed Lease names any more loses its bindings;
+	// where a Lease of that name remains (someone else's), the mutating
+	// binding goes first and the validating one only once the apiserver no
+	// longer runs the mutating one (a probe sent the moment the validating
+	// binding is deleted shows the mutating one gone), and no forged write
+	// is ever accepted there.
+	It("deletes the validating binding only once the apiserver no longer runs the mutating one", func() {
+		b := startBed(10 * time.Second)
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		for i := range 5 {
+			lock := fmt.Sprintf("gone-%d", i)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer GinkgoRecover()
+				b.unbindUnderFire(ctx, lock)
+			}()
+		}
+		wg.Wait()
+	})
+})
 
 // bindUnderFire grants lock in a new namespace while forged writes come,
-// and checks the order of its bindings.
-func (b *bed) bindUnderFire(ctx context.Context, t *testing.T, lock string) {
-	ns := b.namespace(t)
+// and checks the order of its bindings. It may run in a goroutine of its
+// own (which defers GinkgoRecover).
+func (b *bed) bindUnderFire(ctx context.Context, lock string) {
+	ns := b.namespace()
 	// Created before the lock has bindings (none checks it yet).
-	if err := b.admin.Create(ctx, configMap(ns, "target", lock, nil)); err != nil {
-		t.Error(err)
-		return
-	}
-	f := b.fire(ctx, t, b.admin, ns, lock, "forged", true)
-	created := b.watchCreated(ctx, t, &admissionregistrationv1.MutatingAdmissionPolicyBindingList{}, celmode.BindingName(lock), watch.Added, func() string {
+	Expect(b.admin.Create(ctx, configMap(ns, "target", lock, nil))).To(Succeed())
+	f := b.fire(ctx, b.admin, ns, lock, "forged", true)
+	defer f.halt()
+	created := b.watchCreated(ctx, &admissionregistrationv1.MutatingAdmissionPolicyBindingList{}, celmode.BindingName(lock), watch.Added, func() string {
 		return string(b.probe(ctx, ns, lock, nil))
 	})
-	b.grant(t, ns, lock)
+	b.grant(ns, lock)
 	select {
 	case got := <-created:
-		if got != string(fkv1.AdmissionMissingEpoch) {
-			t.Errorf("lock %s: the mutating binding was created while the apiserver did not enforce the fencing binding: a probe then got %q, want %q", lock, got, fkv1.AdmissionMissingEpoch)
-		}
+		Expect(got).To(Equal(string(fkv1.AdmissionMissingEpoch)),
+			"lock %s: the mutating binding was created while the apiserver did not enforce the fencing binding: a probe then got %q, want %q", lock, got, fkv1.AdmissionMissingEpoch)
 	case <-time.After(60 * time.Second):
-		t.Errorf("lock %s: the mutating binding was never created", lock)
+		Fail(fmt.Sprintf("lock %s: the mutating binding was never created", lock))
 	}
 	// Writes keep coming while the mutating binding loads.
 	time.Sleep(2 * time.Second)
-	f.cease(t, fkv1.AdmissionFutureEpoch)
+	f.cease(fkv1.AdmissionFutureEpoch)
 	var v admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	var m admissionregistrationv1.MutatingAdmissionPolicyBinding
 	key := client.ObjectKey{Name: celmode.BindingName(lock)}
-	if err := errors.Join(b.admin.Get(ctx, key, &v), b.admin.Get(ctx, key, &m)); err != nil {
-		t.Error(err)
-		return
-	}
-	if got := m.Annotations[celmode.ProvenAnnotation]; got != string(v.UID) {
-		t.Errorf("lock %s: the mutating binding records proof for %q, want the validating binding's uid %s", lock, got, v.UID)
-	}
+	Expect(errors.Join(b.admin.Get(ctx, key, &v), b.admin.Get(ctx, key, &m))).To(Succeed())
+	Expect(m.Annotations[celmode.ProvenAnnotation]).To(Equal(string(v.UID)),
+		"lock %s: the mutating binding records proof for %q, want the validating binding's uid %s", lock, m.Annotations[celmode.ProvenAnnotation], v.UID)
 	var target corev1.ConfigMap
-	if err := b.admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "target"}, &target); err != nil {
-		t.Error(err)
-	} else if got := target.Annotations[fkv1.AnnotationFencedEpoch]; got == forged {
-		t.Errorf("lock %s: target stores fenced-epoch %s", lock, got)
-	}
+	Expect(b.admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "target"}, &target)).To(Succeed())
+	Expect(target.Annotations[fkv1.AnnotationFencedEpoch]).NotTo(Equal(forged), "lock %s: target stores fenced-epoch %s", lock, forged)
 }
 
-// TestMutatingBindingWaitsForEveryInstance: a second apiserver instance
-// that does not enforce the fencing binding (here: it runs no validating
-// admission policy at all, the extreme of a lagging watch) holds the
-// mutating binding back, however long, while the first instance enforces
-// it, with the manager's clock 10 s ahead. Writes presenting the forged
-// epoch go to both instances all the while: the first refuses every one;
-// the second admits them (it validates nothing), but no object ever takes
-// the forged epoch as its watermark, since no instance runs the mutating
-// binding. Once the second instance is gone, the mutating binding comes.
-func TestMutatingBindingWaitsForEveryInstance(t *testing.T) {
-	b := startBed(t, 10*time.Second)
-	ctx := context.Background()
-	second, err := envtestutil.StartSecondAPIServer(ctx, b.env.Admin,
-		map[string]string{"disable-admission-plugins": "ServiceAccount,ValidatingAdmissionPolicy"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = second.Stop(context.Background()) })
-	viaSecond, err := client.New(second.Config, client.Options{Scheme: envtestutil.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const lock = "lagging"
-	ns := b.namespace(t)
-	if err := b.admin.Create(ctx, configMap(ns, "target", lock, nil)); err != nil {
-		t.Fatal(err)
-	}
-	f1 := b.fire(ctx, t, b.admin, ns, lock, "first", true)
-	f2 := b.fire(ctx, t, viaSecond, ns, lock, "second", false)
-	created := b.watchCreated(ctx, t, &admissionregistrationv1.MutatingAdmissionPolicyBindingList{}, celmode.BindingName(lock), watch.Added, func() string {
-		return string(b.probe(ctx, ns, lock, nil))
-	})
-	b.grant(t, ns, lock)
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		return b.probe(ctx, ns, lock, nil) == fkv1.AdmissionMissingEpoch, nil
-	}); err != nil {
-		t.Errorf("the first apiserver never enforced the fencing binding of %s", lock)
-	}
-	time.Sleep(5 * time.Second)
-	err = b.admin.Get(ctx, client.ObjectKey{Name: celmode.BindingName(lock)}, &admissionregistrationv1.MutatingAdmissionPolicyBinding{})
-	if !apierrors.IsNotFound(err) {
-		t.Errorf("while an instance does not enforce the fencing binding, the mutating binding of %s: %v, want not found", lock, err)
-	}
-	// The second instance leaves (it is no longer listed, and stops).
-	f2.cease(t, "")
-	if err := second.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case got := <-created:
-		if got != string(fkv1.AdmissionMissingEpoch) {
-			t.Errorf("the mutating binding was created while the apiserver did not enforce the fencing binding: a probe then got %q", got)
-		}
-	case <-time.After(60 * time.Second):
-		t.Errorf("the mutating binding of %s was never created", lock)
-	}
-	time.Sleep(2 * time.Second)
-	f1.cease(t, fkv1.AdmissionFutureEpoch)
-}
-
-// TestValidatingBindingOutlivesMutating: a lock no claim or managed Lease
-// names any more loses its bindings; where a Lease of that name remains
-// (someone else's), the mutating binding goes first and the validating one
-// only once the apiserver no longer runs the mutating one (a probe sent the
-// moment the validating binding is deleted shows the mutating one gone),
-// and no forged write is ever accepted there.
-func TestValidatingBindingOutlivesMutating(t *testing.T) {
-	b := startBed(t, 10*time.Second)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	for i := range 5 {
-		lock := fmt.Sprintf("gone-%d", i)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.unbindUnderFire(ctx, t, lock)
-		}()
-	}
-	wg.Wait()
-}
-
-func (b *bed) unbindUnderFire(ctx context.Context, t *testing.T, lock string) {
-	granted, foreign := b.namespace(t), b.namespace(t)
-	if err := b.admin.Create(ctx, configMap(foreign, "target", lock, nil)); err != nil {
-		t.Error(err)
-		return
-	}
+// unbindUnderFire binds lock where someone else's Lease of that name
+// remains, then ends the lock's managed Lease while forged writes come,
+// and checks the order in which its bindings go. It may run in a goroutine
+// of its own (which defers GinkgoRecover).
+func (b *bed) unbindUnderFire(ctx context.Context, lock string) {
+	granted, foreign := b.namespace(), b.namespace()
+	Expect(b.admin.Create(ctx, configMap(foreign, "target", lock, nil))).To(Succeed())
 	// Someone else's Lease of the same name: the per-lock bindings take it
 	// as their parameter too.
-	if err := b.admin.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: foreign, Name: lock}}); err != nil {
-		t.Error(err)
-		return
-	}
-	lease := b.grant(t, granted, lock)
+	Expect(b.admin.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: foreign, Name: lock}})).To(Succeed())
+	lease := b.grant(granted, lock)
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		err := b.admin.Get(ctx, client.ObjectKey{Name: celmode.BindingName(lock)}, &admissionregistrationv1.MutatingAdmissionPolicyBinding{})
 		return err == nil, nil
 	}); err != nil {
-		t.Errorf("lock %s was never bound", lock)
-		return
+		Fail(fmt.Sprintf("lock %s was never bound", lock))
 	}
 	// Both bindings in force: the token is consumed, the forged epoch
 	// refused (the Lease is not the manager's: no epoch was issued).
@@ -517,35 +474,32 @@ func (b *bed) unbindUnderFire(ctx context.Context, t *testing.T, lock string) {
 		return b.probe(ctx, foreign, lock, map[string]string{fkv1.AnnotationEpoch: forged}) == fkv1.AdmissionFutureEpoch &&
 			b.probe(ctx, foreign, lock, map[string]string{fkv1.AnnotationFencedEpoch: "0"}) == fkv1.AdmissionMissingEpoch, nil
 	}); err != nil {
-		t.Errorf("lock %s: the bindings are not in force", lock)
+		Fail(fmt.Sprintf("lock %s: the bindings are not in force", lock))
 	}
-	f := b.fire(ctx, t, b.admin, foreign, lock, "forged", true)
+	f := b.fire(ctx, b.admin, foreign, lock, "forged", true)
+	defer f.halt()
 	// The moment the fencing binding is deleted, the apiserver must no
 	// longer run the mutating one: a malformed watermark must not be
 	// removed (which the fencing binding, still loaded for a moment, would
 	// then refuse as MissingEpoch instead of MalformedEpoch).
-	gone := b.watchCreated(ctx, t, &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{}, celmode.BindingName(lock), watch.Deleted, func() string {
+	gone := b.watchCreated(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{}, celmode.BindingName(lock), watch.Deleted, func() string {
 		return string(b.probe(ctx, foreign, lock, map[string]string{fkv1.AnnotationFencedEpoch: "0"}))
 	})
 	// The manager deletes a Lease only with its namespace; the lease guard
 	// lets its identity do it at any time.
-	if err := b.manager.Delete(ctx, lease); err != nil {
-		t.Error(err)
-	}
+	Expect(b.manager.Delete(ctx, lease)).To(Succeed())
 	select {
 	case got := <-gone:
-		if got == string(fkv1.AdmissionMissingEpoch) {
-			t.Errorf("lock %s: the fencing binding was deleted while the apiserver still ran the mutating binding (a probe then got %q)", lock, got)
-		}
+		Expect(got).NotTo(Equal(string(fkv1.AdmissionMissingEpoch)),
+			"lock %s: the fencing binding was deleted while the apiserver still ran the mutating binding (a probe then got %q)", lock, got)
 	case <-time.After(60 * time.Second):
-		t.Errorf("lock %s: the fencing binding was never deleted", lock)
+		Fail(fmt.Sprintf("lock %s: the fencing binding was never deleted", lock))
 	}
 	time.Sleep(2 * time.Second)
-	f.cease(t, "")
+	f.cease("")
 	for _, o := range celmode.Bindings(lock).Objects() {
-		if err := b.admin.Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
-			t.Errorf("lock %s: binding %T %s: %v, want not found", lock, o, o.GetName(), err)
-		}
+		err := b.admin.Get(ctx, client.ObjectKeyFromObject(o), o)
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "lock %s: binding %T %s: %v, want not found", lock, o, o.GetName(), err)
 	}
 }
 

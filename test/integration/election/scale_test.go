@@ -3,10 +3,12 @@ package election_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
-	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,21 +28,17 @@ import (
 var reports = schema.GroupVersionResource{Group: "reports.example.com", Version: "v1", Resource: "reports"}
 
 // scaledReport is a fenced Report with one replica.
-func scaledReport(t *testing.T, ns, lock string) *unstructured.Unstructured {
-	t.Helper()
+func scaledReport(ns, lock string) *unstructured.Unstructured {
+	GinkgoHelper()
 	r := fencedReport(ns, lock)
-	if err := unstructured.SetNestedField(r.Object, int64(1), "spec", "replicas"); err != nil {
-		t.Fatal(err)
-	}
+	Expect(unstructured.SetNestedField(r.Object, int64(1), "spec", "replicas")).To(Succeed())
 	return r
 }
 
 // setPhase sets the status phase on a copy (a create drops status).
-func setPhase(t *testing.T, r *unstructured.Unstructured, phase string) {
-	t.Helper()
-	if err := unstructured.SetNestedField(r.Object, phase, "status", "phase"); err != nil {
-		t.Fatal(err)
-	}
+func setPhase(r *unstructured.Unstructured, phase string) {
+	GinkgoHelper()
+	Expect(unstructured.SetNestedField(r.Object, phase, "status", "phase")).To(Succeed())
 }
 
 func newScale() *unstructured.Unstructured {
@@ -49,37 +47,30 @@ func newScale() *unstructured.Unstructured {
 	return s
 }
 
-func setReplicas(t *testing.T, scale *unstructured.Unstructured, n int64) {
-	t.Helper()
-	if err := unstructured.SetNestedField(scale.Object, n, "spec", "replicas"); err != nil {
-		t.Fatal(err)
-	}
+func setReplicas(scale *unstructured.Unstructured, n int64) {
+	GinkgoHelper()
+	Expect(unstructured.SetNestedField(scale.Object, n, "spec", "replicas")).To(Succeed())
 }
 
 // wantStored checks the stored Report, read live: its replicas, and that a
 // scale left the watermark at epoch (a scale cannot move it).
-func wantStored(t *testing.T, ns, name string, replicas, epoch int64) {
-	t.Helper()
+func wantStored(ns, name string, replicas, epoch int64) {
+	GinkgoHelper()
 	r := envtestutil.Report(ns, name)
-	if err := admin.Get(context.Background(), client.ObjectKeyFromObject(r), r); err != nil {
-		t.Fatal(err)
-	}
+	Expect(admin.Get(context.Background(), client.ObjectKeyFromObject(r), r)).To(Succeed())
 	got, _, _ := unstructured.NestedInt64(r.Object, "spec", "replicas")
-	if got != replicas || watermark(t, r) != epoch {
-		t.Fatalf("stored report: %d replicas under watermark %d, want %d under %d", got, watermark(t, r), replicas, epoch)
+	if got != replicas || watermark(r) != epoch {
+		Fail(fmt.Sprintf("stored report: %d replicas under watermark %d, want %d under %d", got, watermark(r), replicas, epoch))
 	}
 }
 
 // wantPhase checks the stored Report's status phase, read live.
-func wantPhase(t *testing.T, ns, name, phase string) {
-	t.Helper()
+func wantPhase(ns, name, phase string) {
+	GinkgoHelper()
 	r := envtestutil.Report(ns, name)
-	if err := admin.Get(context.Background(), client.ObjectKeyFromObject(r), r); err != nil {
-		t.Fatal(err)
-	}
-	if got, _, _ := unstructured.NestedString(r.Object, "status", "phase"); got != phase {
-		t.Fatalf("stored report: status phase %q, want %q", got, phase)
-	}
+	Expect(admin.Get(context.Background(), client.ObjectKeyFromObject(r), r)).To(Succeed())
+	got, _, _ := unstructured.NestedString(r.Object, "status", "phase")
+	Expect(got).To(Equal(phase), "stored report: status phase %q, want %q", got, phase)
 }
 
 // deniedFor reports whether err is the fencing admission's denial for reason.
@@ -99,193 +90,147 @@ func deniedFor(err error, reason fkv1.AdmissionReason) bool {
 // staleScale is the Report's Scale, read live, asking for n replicas and
 // carrying epoch as its token: what a caller stamped from Epoch() while the
 // term was live.
-func staleScale(t *testing.T, ns, name string, epoch, n int64) *unstructured.Unstructured {
-	t.Helper()
+func staleScale(ns, name string, epoch, n int64) *unstructured.Unstructured {
+	GinkgoHelper()
 	s := newScale()
-	if err := admin.SubResource("scale").Get(context.Background(), envtestutil.Report(ns, name), s); err != nil {
-		t.Fatal(err)
-	}
+	Expect(admin.SubResource("scale").Get(context.Background(), envtestutil.Report(ns, name), s)).To(Succeed())
 	s.SetAnnotations(map[string]string{fkv1.AnnotationEpoch: fkv1.FormatEpoch(epoch)})
-	setReplicas(t, s, n)
+	setReplicas(s, n)
 	return s
 }
 
-// The leader scales a fenced object through the gate, naming it without
-// labels, by update and by patch: the gate presents the epoch on the Scale (the
-// object refuses the same Scale without it). Once the term is over, scale
-// and status writes are refused without being sent, even a Scale stamped
-// from Epoch() while the term was live, and the object is left as it was.
-func testGateScale(t *testing.T) {
-	ctx := context.Background()
-	ns := newNamespace(t)
-	l := startCandidate(t, ns, "scaler", "replica", 15*time.Second, &journal{})
-	e := l.waitLeads(t, 30*time.Second)
-	g := l.mgr.GetClient()
-	report := scaledReport(t, ns, "scaler")
-	// The fenced write a scale needs first: it sets the watermark to e.
-	if err := g.Create(ctx, report); err != nil {
-		t.Fatalf("the leader's gated create: %v", err)
-	}
-	setPhase(t, report, "Draft")
-	if err := g.Status().Update(ctx, report); err != nil {
-		t.Fatalf("the leader's status update: %v", err)
-	}
-	name := report.GetName()
-	byName := func() *unstructured.Unstructured { return envtestutil.Report(ns, name) }
-	scales := g.SubResource("scale")
+var _ = Describe("Fenced leader election: scales and subresources", func() {
+	// The leader scales a fenced object through the gate, naming it without
+	// labels, by update and by patch: the gate presents the epoch on the
+	// Scale (the object refuses the same Scale without it). Once the term is
+	// over, scale and status writes are refused without being sent, even a
+	// Scale stamped from Epoch() while the term was live, and the object is
+	// left as it was.
+	It("the gate presents the epoch on scales and refuses subresource writes after the term", func() {
+		ctx := context.Background()
+		ns := newNamespace()
+		l := startCandidate(ns, "scaler", "replica", 15*time.Second, &journal{})
+		e := l.waitLeads(30 * time.Second)
+		g := l.mgr.GetClient()
+		report := scaledReport(ns, "scaler")
+		// The fenced write a scale needs first: it sets the watermark to e.
+		Expect(g.Create(ctx, report)).To(Succeed(), "the leader's gated create")
+		setPhase(report, "Draft")
+		Expect(g.Status().Update(ctx, report)).To(Succeed(), "the leader's status update")
+		name := report.GetName()
+		byName := func() *unstructured.Unstructured { return envtestutil.Report(ns, name) }
+		scales := g.SubResource("scale")
 
-	scale := newScale()
-	if err := scales.Get(ctx, byName(), scale); err != nil {
-		t.Fatal(err)
-	}
-	unstamped := scale.DeepCopy()
-	setReplicas(t, scale, 2)
-	if err := scales.Update(ctx, byName(), client.WithSubResourceBody(scale)); err != nil {
-		t.Fatalf("the leader's scale update: %v", err)
-	}
-	wantStored(t, ns, name, 2, e)
+		scale := newScale()
+		Expect(scales.Get(ctx, byName(), scale)).To(Succeed())
+		unstamped := scale.DeepCopy()
+		setReplicas(scale, 2)
+		Expect(scales.Update(ctx, byName(), client.WithSubResourceBody(scale))).To(Succeed(), "the leader's scale update")
+		wantStored(ns, name, 2, e)
 
-	// The same Scale without the gate presents no epoch: the token above
-	// was the gate's.
-	raw, err := client.New(env.Admin, client.Options{Scheme: lease.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	unstamped.SetResourceVersion("")
-	setReplicas(t, unstamped, 7)
-	if err := raw.SubResource("scale").Update(ctx, byName(), client.WithSubResourceBody(unstamped)); !deniedFor(err, fkv1.AdmissionMissingEpoch) {
-		t.Fatalf("an ungated scale update: want a MissingEpoch denial, got %v", err)
-	}
-	wantStored(t, ns, name, 2, e)
+		By("the same Scale without the gate presents no epoch: the token above was the gate's")
+		raw, err := client.New(env.Admin, client.Options{Scheme: lease.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
+		unstamped.SetResourceVersion("")
+		setReplicas(unstamped, 7)
+		err = raw.SubResource("scale").Update(ctx, byName(), client.WithSubResourceBody(unstamped))
+		Expect(deniedFor(err, fkv1.AdmissionMissingEpoch)).To(BeTrue(), "an ungated scale update: want a MissingEpoch denial, got %v", err)
+		wantStored(ns, name, 2, e)
 
-	if err := scales.Patch(ctx, byName(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":3}}`))); err != nil {
-		t.Fatalf("the leader's scale merge patch: %v", err)
-	}
-	wantStored(t, ns, name, 3, e)
-	// A patch computed from a copy that shows the same annotations still
-	// presents the token.
-	base := scale.DeepCopy()
-	setReplicas(t, scale, 4)
-	if err := scales.Patch(ctx, byName(), client.MergeFrom(base), client.WithSubResourceBody(scale)); err != nil {
-		t.Fatalf("the leader's client.MergeFrom scale patch: %v", err)
-	}
-	wantStored(t, ns, name, 4, e)
+		Expect(scales.Patch(ctx, byName(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":3}}`)))).To(Succeed(), "the leader's scale merge patch")
+		wantStored(ns, name, 3, e)
+		By("a patch computed from a copy that shows the same annotations still presents the token")
+		base := scale.DeepCopy()
+		setReplicas(scale, 4)
+		Expect(scales.Patch(ctx, byName(), client.MergeFrom(base), client.WithSubResourceBody(scale))).To(Succeed(), "the leader's client.MergeFrom scale patch")
+		wantStored(ns, name, 4, e)
 
-	token, err := l.lock.Epoch()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.stop(); err != nil {
-		t.Fatal(err)
-	}
-	sent := l.faults.sent("/reports/")
-	stale := staleScale(t, ns, name, token, 9)
-	if err := scales.Update(ctx, byName(), client.WithSubResourceBody(stale)); !errors.Is(err, election.ErrNotLeading) {
-		t.Fatalf("a scale update stamped with epoch %d after the term: want ErrNotLeading, got %v", token, err)
-	}
-	if err := scales.Patch(ctx, byName(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":9}}`))); !errors.Is(err, election.ErrNotLeading) {
-		t.Fatalf("a scale patch after the term: want ErrNotLeading, got %v", err)
-	}
-	// Server-side apply of a custom resource's /scale is refused by the
-	// apiserver itself ("request to convert CR to an invalid group/version:
-	// autoscaling/v1"), so only its refusal after the term is tested here;
-	// TestPresentApply covers what the gate sends.
-	applied := newScale()
-	applied.SetNamespace(ns)
-	applied.SetName(name)
-	setReplicas(t, applied, 9)
-	if err := scales.Apply(ctx, client.ApplyConfigurationFromUnstructured(byName()),
-		&client.SubResourceApplyOptions{SubResourceBody: client.ApplyConfigurationFromUnstructured(applied)},
-		client.FieldOwner("replica"), client.ForceOwnership); !errors.Is(err, election.ErrNotLeading) {
-		t.Fatalf("a scale apply after the term: want ErrNotLeading, got %v", err)
-	}
-	labelled := byName()
-	if err := admin.Get(ctx, client.ObjectKeyFromObject(labelled), labelled); err != nil {
-		t.Fatal(err)
-	}
-	setPhase(t, labelled, "Stale")
-	if err := g.Status().Update(ctx, labelled); !errors.Is(err, election.ErrNotLeading) {
-		t.Fatalf("a status update of the labelled object after the term: want ErrNotLeading, got %v", err)
-	}
-	if n := l.faults.sent("/reports/") - sent; n != 0 {
-		t.Fatalf("the gate sent %d report writes after the term", n)
-	}
-	wantStored(t, ns, name, 4, e)
-	wantPhase(t, ns, name, "Draft")
-}
+		By("after the term")
+		token, err := l.lock.Epoch()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(l.stop()).To(Succeed())
+		sent := l.faults.sent("/reports/")
+		stale := staleScale(ns, name, token, 9)
+		err = scales.Update(ctx, byName(), client.WithSubResourceBody(stale))
+		Expect(errors.Is(err, election.ErrNotLeading)).To(BeTrue(), "a scale update stamped with epoch %d after the term: want ErrNotLeading, got %v", token, err)
+		err = scales.Patch(ctx, byName(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":9}}`)))
+		Expect(errors.Is(err, election.ErrNotLeading)).To(BeTrue(), "a scale patch after the term: want ErrNotLeading, got %v", err)
+		// Server-side apply of a custom resource's /scale is refused by the
+		// apiserver itself ("request to convert CR to an invalid group/version:
+		// autoscaling/v1"), so only its refusal after the term is tested here;
+		// TestPresentApply covers what the gate sends.
+		applied := newScale()
+		applied.SetNamespace(ns)
+		applied.SetName(name)
+		setReplicas(applied, 9)
+		err = scales.Apply(ctx, client.ApplyConfigurationFromUnstructured(byName()),
+			&client.SubResourceApplyOptions{SubResourceBody: client.ApplyConfigurationFromUnstructured(applied)},
+			client.FieldOwner("replica"), client.ForceOwnership)
+		Expect(errors.Is(err, election.ErrNotLeading)).To(BeTrue(), "a scale apply after the term: want ErrNotLeading, got %v", err)
+		labelled := byName()
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(labelled), labelled)).To(Succeed())
+		setPhase(labelled, "Stale")
+		err = g.Status().Update(ctx, labelled)
+		Expect(errors.Is(err, election.ErrNotLeading)).To(BeTrue(), "a status update of the labelled object after the term: want ErrNotLeading, got %v", err)
+		n := l.faults.sent("/reports/") - sent
+		Expect(n).To(BeZero(), "the gate sent %d report writes after the term", n)
+		wantStored(ns, name, 4, e)
+		wantPhase(ns, name, "Draft")
+	})
 
-// The same through WrapConfig, for client-go clients (here the dynamic
-// client): the leader's Scale bodies and /scale patches carry its epoch;
-// after the term, scale and status writes are refused before sending.
-func testTransportScale(t *testing.T) {
-	ctx := context.Background()
-	ns := newNamespace(t)
-	l := startCandidate(t, ns, "scaler", "replica", 15*time.Second, &journal{})
-	e := l.waitLeads(t, 30*time.Second)
-	f := &faultTransport{}
-	cfg := rest.CopyConfig(env.Admin)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { f.next = rt; return f }
-	dyn, err := dynamic.NewForConfig(l.lock.WrapConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs := dyn.Resource(reports).Namespace(ns)
-	report, err := rs.Create(ctx, scaledReport(t, ns, "scaler"), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("the leader's create: %v", err)
-	}
-	name := report.GetName()
-	setPhase(t, report, "Draft")
-	if _, err := rs.UpdateStatus(ctx, report, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("the leader's status update: %v", err)
-	}
+	// The same through WrapConfig, for client-go clients (here the dynamic
+	// client): the leader's Scale bodies and /scale patches carry its epoch;
+	// after the term, scale and status writes are refused before sending.
+	It("the transport gate presents the epoch on scales and refuses subresource writes after the term", func() {
+		ctx := context.Background()
+		ns := newNamespace()
+		l := startCandidate(ns, "scaler", "replica", 15*time.Second, &journal{})
+		e := l.waitLeads(30 * time.Second)
+		f := &faultTransport{}
+		cfg := rest.CopyConfig(env.Admin)
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { f.next = rt; return f }
+		dyn, err := dynamic.NewForConfig(l.lock.WrapConfig(cfg))
+		Expect(err).NotTo(HaveOccurred())
+		rs := dyn.Resource(reports).Namespace(ns)
+		report, err := rs.Create(ctx, scaledReport(ns, "scaler"), metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred(), "the leader's create")
+		name := report.GetName()
+		setPhase(report, "Draft")
+		_, err = rs.UpdateStatus(ctx, report, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred(), "the leader's status update")
 
-	scale, err := rs.Get(ctx, name, metav1.GetOptions{}, "scale")
-	if err != nil {
-		t.Fatal(err)
-	}
-	setReplicas(t, scale, 2)
-	if _, err := rs.Update(ctx, scale, metav1.UpdateOptions{}, "scale"); err != nil {
-		t.Fatalf("the leader's scale update: %v", err)
-	}
-	wantStored(t, ns, name, 2, e)
-	if _, err := rs.Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"replicas":3}}`), metav1.PatchOptions{}, "scale"); err != nil {
-		t.Fatalf("the leader's scale merge patch: %v", err)
-	}
-	wantStored(t, ns, name, 3, e)
-	// The documented limit: a JSON patch gets no token, and the object
-	// refuses it.
-	jsonPatch := []byte(`[{"op":"replace","path":"/spec/replicas","value":5}]`)
-	if _, err := rs.Patch(ctx, name, types.JSONPatchType, jsonPatch, metav1.PatchOptions{}, "scale"); !deniedFor(err, fkv1.AdmissionMissingEpoch) {
-		t.Fatalf("a JSON patch of /scale: want a MissingEpoch denial, got %v", err)
-	}
+		scale, err := rs.Get(ctx, name, metav1.GetOptions{}, "scale")
+		Expect(err).NotTo(HaveOccurred())
+		setReplicas(scale, 2)
+		_, err = rs.Update(ctx, scale, metav1.UpdateOptions{}, "scale")
+		Expect(err).NotTo(HaveOccurred(), "the leader's scale update")
+		wantStored(ns, name, 2, e)
+		_, err = rs.Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"replicas":3}}`), metav1.PatchOptions{}, "scale")
+		Expect(err).NotTo(HaveOccurred(), "the leader's scale merge patch")
+		wantStored(ns, name, 3, e)
+		By("the documented limit: a JSON patch gets no token, and the object refuses it")
+		jsonPatch := []byte(`[{"op":"replace","path":"/spec/replicas","value":5}]`)
+		_, err = rs.Patch(ctx, name, types.JSONPatchType, jsonPatch, metav1.PatchOptions{}, "scale")
+		Expect(deniedFor(err, fkv1.AdmissionMissingEpoch)).To(BeTrue(), "a JSON patch of /scale: want a MissingEpoch denial, got %v", err)
 
-	token, err := l.lock.Epoch()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.stop(); err != nil {
-		t.Fatal(err)
-	}
-	sent := f.sent("/reports/")
-	stale := staleScale(t, ns, name, token, 9)
-	if _, err := rs.Update(ctx, stale, metav1.UpdateOptions{}, "scale"); !errors.Is(err, election.ErrNotLeading) {
-		t.Fatalf("a scale update stamped with epoch %d after the term: want ErrNotLeading, got %v", token, err)
-	}
-	if _, err := rs.Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"replicas":9}}`), metav1.PatchOptions{}, "scale"); !errors.Is(err, election.ErrNotLeading) {
-		t.Fatalf("a scale patch after the term: want ErrNotLeading, got %v", err)
-	}
-	labelled := envtestutil.Report(ns, name)
-	if err := admin.Get(ctx, client.ObjectKeyFromObject(labelled), labelled); err != nil {
-		t.Fatal(err)
-	}
-	setPhase(t, labelled, "Stale")
-	if _, err := rs.UpdateStatus(ctx, labelled, metav1.UpdateOptions{}); !errors.Is(err, election.ErrNotLeading) {
-		t.Fatalf("a status update of the labelled object after the term: want ErrNotLeading, got %v", err)
-	}
-	if n := f.sent("/reports/") - sent; n != 0 {
-		t.Fatalf("the transport sent %d report writes after the term", n)
-	}
-	wantStored(t, ns, name, 3, e)
-	wantPhase(t, ns, name, "Draft")
-}
+		By("after the term")
+		token, err := l.lock.Epoch()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(l.stop()).To(Succeed())
+		sent := f.sent("/reports/")
+		stale := staleScale(ns, name, token, 9)
+		_, err = rs.Update(ctx, stale, metav1.UpdateOptions{}, "scale")
+		Expect(errors.Is(err, election.ErrNotLeading)).To(BeTrue(), "a scale update stamped with epoch %d after the term: want ErrNotLeading, got %v", token, err)
+		_, err = rs.Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"replicas":9}}`), metav1.PatchOptions{}, "scale")
+		Expect(errors.Is(err, election.ErrNotLeading)).To(BeTrue(), "a scale patch after the term: want ErrNotLeading, got %v", err)
+		labelled := envtestutil.Report(ns, name)
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(labelled), labelled)).To(Succeed())
+		setPhase(labelled, "Stale")
+		_, err = rs.UpdateStatus(ctx, labelled, metav1.UpdateOptions{})
+		Expect(errors.Is(err, election.ErrNotLeading)).To(BeTrue(), "a status update of the labelled object after the term: want ErrNotLeading, got %v", err)
+		n := f.sent("/reports/") - sent
+		Expect(n).To(BeZero(), "the transport sent %d report writes after the term", n)
+		wantStored(ns, name, 3, e)
+		wantPhase(ns, name, "Draft")
+	})
+})

@@ -1,3 +1,7 @@
+// Package election_test runs the fenced leader election (pkg/election)
+// against a real apiserver, the fencing webhook and the authority: one
+// control plane, with the fencing webhook for ConfigMaps and test Reports
+// (test/crds), the Lease guard and an in-process manager, for the suite.
 package election_test
 
 import (
@@ -12,13 +16,14 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -28,6 +33,7 @@ import (
 )
 
 var (
+	suite *envtestutil.Suite
 	env   *envtestutil.AdmissionEnv
 	admin client.WithWatch
 )
@@ -35,33 +41,25 @@ var (
 // TestElection runs the fenced leader election against a real apiserver,
 // the fencing webhook and the authority.
 func TestElection(t *testing.T) {
-	logf.SetLogger(zap.New(zap.WriteTo(testWriter{t}), zap.UseDevMode(true)))
-	env = envtestutil.StartAdmissionEnvWithManager(t, []string{"configmaps", "reports.reports.example.com"},
-		filepath.Join(envtestutil.RepoRoot(), "test", "crds"))
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Fenced leader election suite")
+}
+
+var _ = BeforeSuite(func() {
 	var err error
-	if admin, err = client.NewWithWatch(env.Admin, client.Options{Scheme: lease.Scheme()}); err != nil {
-		t.Fatal(err)
-	}
-	t.Run("one leader at a time by the authority's history, graceful handoff", testOneLeaderAtATime)
-	t.Run("a leader whose apiserver hangs stops acting before the next is granted", testHungLeader)
-	t.Run("the gate stamps every write path and leaves unfenced objects alone", testGateWritePaths)
-	t.Run("the transport gate for client-go clients", testTransportGate)
-	t.Run("a waiting replica leaves the queue when its manager stops", testWaitingReplicaLeavesQueue)
-	t.Run("Release before the grant ends the election", testReleaseBeforeGrant)
-	t.Run("status writes of a fenced object by name are refused after the term", testStatusByName)
-	t.Run("a gated write held up in the client is not sent after the safe time", testWriteDeadline)
-	t.Run("the gate presents the epoch on scales and refuses subresource writes after the term", testGateScale)
-	t.Run("the transport gate presents the epoch on scales and refuses subresource writes after the term", testTransportScale)
-}
+	suite, err = envtestutil.StartSuite(context.Background(), envtestutil.SuiteOptions{Log: GinkgoWriter,
+		Guarded: []string{"configmaps", "reports.reports.example.com"},
+		CRDDirs: []string{filepath.Join(envtestutil.RepoRoot(), "test", "crds")},
+		Manager: true, Scheme: lease.Scheme()})
+	Expect(err).NotTo(HaveOccurred())
+	env, admin = suite.Admission, suite.Client
+})
 
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	if testing.Verbose() {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
+var _ = AfterSuite(func() {
+	if suite != nil {
+		Expect(suite.Stop()).To(Succeed())
 	}
-	return len(p), nil
-}
+})
 
 // faultTransport hangs every request while hang is set: an apiserver
 // connection that stops answering. It counts the requests it let through.
@@ -142,16 +140,15 @@ type candidate struct {
 	leads  chan int64
 }
 
-func startCandidate(t *testing.T, ns, lockName, name string, ttl time.Duration, j *journal) *candidate {
-	t.Helper()
+// startCandidate starts a replica, stopped when the spec ends.
+func startCandidate(ns, lockName, name string, ttl time.Duration, j *journal) *candidate {
+	GinkgoHelper()
 	f := &faultTransport{}
 	cfg := rest.CopyConfig(env.Admin)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { f.next = rt; return f }
 	lock, err := election.New(cfg, election.Config{Namespace: ns, Name: lockName, Identity: name, TTL: ttl,
 		Logger: logf.Log.WithName(name)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, lock.ManagerOptions(ctrl.Options{
 		Scheme:                 lease.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -159,17 +156,13 @@ func startCandidate(t *testing.T, ns, lockName, name string, ttl time.Duration, 
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 		Logger:                 logf.Log.WithName(name),
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	Expect(err).NotTo(HaveOccurred())
 	// As docs/leader-election.md adopts it: the Lock leaves the queue on shutdown.
-	if err := mgr.Add(lock); err != nil {
-		t.Fatal(err)
-	}
+	Expect(mgr.Add(lock)).To(Succeed())
 	c := &candidate{name: name, lock: lock, mgr: mgr, faults: f, done: make(chan error, 1), leads: make(chan int64, 1)}
 	// The leader's work: it runs only while controller-runtime says this
 	// replica leads, and notes when.
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+	Expect(mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		epoch, err := lock.Epoch()
 		if err != nil {
 			return fmt.Errorf("started leading without a term: %w", err)
@@ -179,13 +172,11 @@ func startCandidate(t *testing.T, ns, lockName, name string, ttl time.Duration, 
 		<-ctx.Done()
 		j.finish(i)
 		return nil
-	})); err != nil {
-		t.Fatal(err)
-	}
+	}))).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	go func() { c.done <- mgr.Start(ctx) }()
-	t.Cleanup(func() { c.stop() })
+	DeferCleanup(func() { _ = c.stop() })
 	return c
 }
 
@@ -202,15 +193,15 @@ func (c *candidate) stop() error {
 }
 
 // waitLeads waits until the candidate's leader runnable starts.
-func (c *candidate) waitLeads(t *testing.T, within time.Duration) int64 {
-	t.Helper()
+func (c *candidate) waitLeads(within time.Duration) int64 {
+	GinkgoHelper()
 	select {
 	case e := <-c.leads:
 		return e
 	case err := <-c.done:
-		t.Fatalf("%s: manager exited before leading: %v", c.name, err)
+		Fail(fmt.Sprintf("%s: manager exited before leading: %v", c.name, err))
 	case <-time.After(within):
-		t.Fatalf("%s did not lead within %v", c.name, within)
+		Fail(fmt.Sprintf("%s did not lead within %v", c.name, within))
 	}
 	return 0
 }
