@@ -290,6 +290,9 @@ func ownersOf(claims []*fkv1.FencedLease, led fkv1.Ledger) []*fkv1.FencedLease {
 // claim backward (for example out of the terminal Expired).
 func (r *Reconciler) syncStatuses(ctx context.Context, mem *lockMemory, claims []*fkv1.FencedLease, in statusInputs) error {
 	for _, c := range claims {
+		if queuedAsBefore(c, in) {
+			continue
+		}
 		want, transition := desiredStatus(c, in)
 		if statusEqual(want, c.Status) {
 			continue

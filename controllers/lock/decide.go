@@ -2,7 +2,8 @@ package lock
 
 import (
 	"math"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -442,7 +443,8 @@ func nextReadyWaiter(claims []*fkv1.FencedLease, l fkv1.Ledger, waiterPods map[t
 }
 
 // waitingInOrder are the grantable claims in FIFO order: creationTimestamp,
-// then name.
+// then name. gather hands decide the claims in that order already (fifo),
+// so the usual cost is one pass; claims in any other order are sorted.
 func waitingInOrder(claims []*fkv1.FencedLease, l fkv1.Ledger) []*fkv1.FencedLease {
 	var waiting []*fkv1.FencedLease
 	for _, c := range claims {
@@ -450,18 +452,20 @@ func waitingInOrder(claims []*fkv1.FencedLease, l fkv1.Ledger) []*fkv1.FencedLea
 			waiting = append(waiting, c)
 		}
 	}
-	sortFIFO(waiting)
+	if !slices.IsSortedFunc(waiting, fifoCompare) {
+		slices.SortFunc(waiting, fifoCompare)
+	}
 	return waiting
 }
 
-func sortFIFO(claims []*fkv1.FencedLease) {
-	sort.SliceStable(claims, func(i, j int) bool {
-		a, b := claims[i], claims[j]
-		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-			return a.CreationTimestamp.Before(&b.CreationTimestamp)
-		}
-		return a.Name < b.Name
-	})
+// fifoCompare orders claims by creationTimestamp, then name: the queue's
+// order. Two claims of one lock never compare equal (names are unique in a
+// namespace), so no sort by it needs to be stable.
+func fifoCompare(a, b *fkv1.FencedLease) int {
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
 }
 
 func findClaim(claims []*fkv1.FencedLease, uid types.UID) *fkv1.FencedLease {

@@ -54,7 +54,8 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName, mem 
 	if err != nil {
 		return g, err
 	}
-	g.claims, g.now = claims, r.clock.Now()
+	g.claims, mem.queue = mem.queue.order(claims)
+	g.now = r.clock.Now()
 	if g.lease, g.foreign, err = r.leaseOf(ctx, lock, mem); err != nil || g.foreign != "" {
 		return g, err
 	}

@@ -52,6 +52,8 @@ type lockMemory struct {
 	waiting      int
 	oldestWaiter time.Time
 	heldSince    time.Time
+	// queue is the order of the lock's claims at its last reconcile.
+	queue fifo
 	// view is what the authority vouches for to the webhook (views.go). It is
 	// written only through publishView, never by store.
 	view View

@@ -50,3 +50,42 @@ func queueFull(claims []*fkv1.FencedLease, l fkv1.Ledger, max int) map[types.UID
 	}
 	return full
 }
+
+// fifo is the order of a lock's claims (fifoCompare) as its last reconcile
+// saw them, kept in the lock's memory, so that a reconcile puts the claims
+// it lists in queue order without sorting them all: the claims it knew keep
+// their places, and only new ones are sorted and placed. Its work per
+// reconcile is one pass over the claims, plus the new claims' sort.
+type fifo []types.UID
+
+// order returns claims in queue order, and the fifo that remembers it.
+func (q fifo) order(claims []*fkv1.FencedLease) ([]*fkv1.FencedLease, fifo) {
+	byUID := make(map[types.UID]*fkv1.FencedLease, len(claims))
+	for _, c := range claims {
+		byUID[c.UID] = c
+	}
+	out := make([]*fkv1.FencedLease, 0, len(claims))
+	for _, uid := range q {
+		if c, ok := byUID[uid]; ok {
+			out = append(out, c)
+			delete(byUID, uid)
+		}
+	}
+	known := len(out)
+	for _, c := range claims {
+		if _, isNew := byUID[c.UID]; isNew {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out[known:], fifoCompare)
+	if known > 0 && known < len(out) && fifoCompare(out[known], out[known-1]) < 0 {
+		// A new claim older than one already queued (the cache showed
+		// it late): the two sorted runs are merged by a sort.
+		slices.SortFunc(out, fifoCompare)
+	}
+	next := make(fifo, len(out))
+	for i, c := range out {
+		next[i] = c.UID
+	}
+	return out, next
+}

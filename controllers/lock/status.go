@@ -2,6 +2,7 @@ package lock
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -142,12 +143,32 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonEpochsExhausted,
 				fmt.Sprintf("Lock %s has issued its last possible epoch (%d) and will never be granted again: use another lock name", lockName, in.ledger.Epoch))
 		default:
-			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonQueued,
-				fmt.Sprintf("Waiting in the queue of lock %s", lockName))
+			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonQueued, queuedPrefix+lockName)
 			meta.RemoveStatusCondition(&st.Conditions, fkv1.ConditionLockConflict)
 		}
 		return st, transition
 	}
+}
+
+// queuedPrefix begins a queued waiter's Held condition message; the lock's
+// name ends it.
+const queuedPrefix = "Waiting in the queue of lock "
+
+// queuedAsBefore reports, without computing it, that desiredStatus leaves
+// c's status as it is: a waiter already shown Queued, and nothing in that
+// changes a waiter's status. syncStatuses passes those over; in a long
+// queue they are nearly all the claims, and computing each one's status
+// (a copy, a message) was most of a reconcile's work.
+func queuedAsBefore(c *fkv1.FencedLease, in statusInputs) bool {
+	st := &c.Status
+	if st.Phase != fkv1.PhasePending || in.foreign != "" || in.exhausted || c.UID == in.ledger.HolderUID ||
+		c.UID == in.ledger.PreviousUID || st.ObservedGeneration != c.Generation || st.LeaseName != c.Spec.LockName ||
+		len(st.Conditions) != 1 || fkv1.RecordsNoIdentity(c) {
+		return false
+	}
+	h := &st.Conditions[0]
+	return h.Type == fkv1.ConditionHeld && h.Status == metav1.ConditionFalse && h.Reason == fkv1.ReasonQueued &&
+		h.ObservedGeneration == c.Generation && strings.HasPrefix(h.Message, queuedPrefix) && h.Message[len(queuedPrefix):] == c.Spec.LockName
 }
 
 // noIdentityMessage is the Held condition's message on a claim that records

@@ -45,6 +45,9 @@ func main() {
 		p = quickParams
 	}
 	only, err := parseOnly(os.Getenv("BENCH_ONLY"))
+	if err == nil {
+		err = os.MkdirAll(".bench", 0o755) // the report and any profile go there
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
@@ -234,7 +237,6 @@ func run(quick bool, p params, only steps) error {
 
 	if only.want("scale") {
 		done = step(fmt.Sprintf("scale: %d claims over %d locks (CPU profile during it)", p.scaleClaims, p.scaleLocks))
-		_ = os.MkdirAll(".bench", 0o755)
 		profDone := make(chan error, 1)
 		go func() { profDone <- cl.profile("profile", 10, ".bench/cpu.pprof") }()
 		var detail string
