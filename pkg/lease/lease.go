@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -42,6 +44,10 @@ type Lease struct {
 	stop    chan struct{}
 	stopped sync.Once
 	wg      sync.WaitGroup
+
+	// grantedAt is when this process saw the grant (the first renewal's
+	// acknowledgement): a FutureEpoch refusal is retried for a while after.
+	grantedAt time.Time
 
 	mu          sync.Mutex
 	state       State
@@ -125,6 +131,7 @@ func (l *Lease) start(ctx context.Context) error {
 		l.transition(Lost, "first renewal failed: "+err.Error())
 		return fmt.Errorf("lock %s/%s: epoch %d was granted but could not be renewed: %w", l.Namespace, l.Lock, l.Epoch, errors.Join(ErrLost, err))
 	}
+	l.grantedAt = time.Now()
 	l.transition(Held, fmt.Sprintf("granted epoch %d", l.Epoch))
 	l.wg.Add(3)
 	go l.renewLoop()
@@ -393,16 +400,45 @@ func Stamp(obj metav1.Object, lock string, epoch int64) {
 // Update stamps obj with this lease's epoch and updates it. It always sends
 // the write — the object, not this process's view of time, decides — and
 // returns an error matching ErrStaleEpoch when the object refused it because
-// a newer holder's epoch is current.
+// a newer holder's epoch is current. A FutureEpoch refusal soon after the
+// grant is sent again (see FutureEpochWait).
 func (l *Lease) Update(ctx context.Context, c client.Client, obj client.Object, opts ...client.UpdateOption) error {
 	l.Stamp(obj)
-	return Fenced(c.Update(ctx, obj, opts...))
+	return l.send(ctx, func() error { return c.Update(ctx, obj, opts...) })
 }
 
 // Create stamps obj with this lease's epoch and creates it.
 func (l *Lease) Create(ctx context.Context, c client.Client, obj client.Object, opts ...client.CreateOption) error {
 	l.Stamp(obj)
-	return Fenced(c.Create(ctx, obj, opts...))
+	return l.send(ctx, func() error { return c.Create(ctx, obj, opts...) })
+}
+
+// FutureEpochWait is how long after its grant a holder's write that the
+// object refused as FutureEpoch (it does not know the epoch yet) is sent
+// again, every 10 ms to 200 ms. In CEL mode the apiserver checks a write
+// against its parameter cache, which may show the grant a moment after
+// the holder learned of it; the webhook reads the Lease live and does not
+// refuse so. A FutureEpoch refusal later than this is returned: it then
+// means the epoch was never issued.
+const FutureEpochWait = 2 * time.Second
+
+// send sends a write presenting this lease's epoch and returns its outcome
+// (Fenced), sending it again after a FutureEpoch refusal for
+// FutureEpochWait after the grant, while ctx and the lease last. Resending
+// a refused write is safe: the object decides again.
+func (l *Lease) send(ctx context.Context, write func() error) error {
+	var last error
+	backoff := wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Cap: 200 * time.Millisecond, Steps: math.MaxInt32}
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(context.Context) (bool, error) {
+		last = Fenced(write())
+		retry := FencingReason(last) == fkv1.AdmissionFutureEpoch && !l.grantedAt.IsZero() &&
+			l.since(l.grantedAt) < FutureEpochWait && l.ctx.Err() == nil
+		return !retry, nil
+	})
+	if last == nil && err != nil {
+		return err // ctx ended before anything was sent
+	}
+	return last
 }
 
 // Fenced turns the fencing admission's stale-epoch denial into an error
@@ -423,7 +459,7 @@ func Fenced(err error) error {
 // its fenced-epoch watermark).
 func (l *Lease) Patch(ctx context.Context, c client.Client, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 	l.Stamp(obj)
-	return Fenced(c.Patch(ctx, obj, presenting{Patch: patch, epoch: l.Epoch}, opts...))
+	return l.send(ctx, func() error { return c.Patch(ctx, obj, presenting{Patch: patch, epoch: l.Epoch}, opts...) })
 }
 
 // PresentIn sets the epoch token in the annotations of a decoded object or
