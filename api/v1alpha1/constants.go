@@ -16,7 +16,12 @@ const (
 
 // Condition reasons, also used as Event reasons for ownership transitions.
 const (
-	ReasonQueued       = "Queued"
+	ReasonQueued = "Queued"
+	// ReasonNext: the claim is Pending at the head of the queue, the next
+	// to be granted. Its holder library watches the lock's Lease for the
+	// grant; waiters further back watch only their claim, so a lock's
+	// Lease has O(1) watchers however many wait.
+	ReasonNext         = "Next"
 	ReasonGranted      = "Granted"
 	ReasonExpired      = "Expired"
 	ReasonReleased     = "Released"

@@ -109,6 +109,9 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	in := statusInputs{lease: lease, ledger: fkv1.ReadLedger(lease, lock.Name), exhausted: a.exhausted, maxWaiters: r.maxWaiters,
 		unrecorded: a.unrecorded && !a.kind.writesLease()} // a write leaves a counter its holder holds
 	in.queueFull = queueFull(g.claims, in.ledger, r.maxWaiters)
+	if next := nextReadyWaiter(g.claims, in.ledger, g.waiterPods); next != nil && !a.exhausted && !in.queueFull[next.UID] {
+		in.next = next.UID
+	}
 	if a.exhausted {
 		epochsExhausted.Inc()
 		log.FromContext(ctx).Error(nil, "the lock issued the largest epoch there is; its waiters are never granted", "epoch", a.epoch)

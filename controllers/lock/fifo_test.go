@@ -101,6 +101,7 @@ func TestQueuedAsBeforeAgreesWithDesiredStatus(t *testing.T) {
 		"new spec":    func() *fkv1.FencedLease { c := w1.DeepCopy(); c.Generation++; return c }(),
 		"conflicted":  queuedStatus(claim("w1", 1, "", 0), statusInputs{foreign: "a foreign Lease"}),
 		"exhausted":   queuedStatus(claim("w1", 1, "", 0), statusInputs{ledger: held(41, "w0"), exhausted: true}),
+		"next":        queuedStatus(claim("w1", 1, "", 0), statusInputs{ledger: held(41, "w0"), lease: lease, next: "uid-w1"}),
 		"wrong label": func() *fkv1.FencedLease { c := w1.DeepCopy(); c.Status.Conditions[0].Message += "x"; return c }(),
 	}
 	inputs := map[string]statusInputs{
@@ -109,6 +110,8 @@ func TestQueuedAsBeforeAgreesWithDesiredStatus(t *testing.T) {
 		"w1 held":        {ledger: fkv1.Ledger{Epoch: 43, PreviousUID: "uid-w1", EpochValid: true}, lease: lease},
 		"foreign":        {foreign: "a foreign Lease"},
 		"exhausted":      {ledger: held(41, "w0"), exhausted: true, lease: lease},
+		"w1 next":        {ledger: held(41, "w0"), lease: lease, next: "uid-w1"},
+		"w2 next":        {ledger: held(41, "w0"), lease: lease, next: "uid-w2"},
 		"w1 turned away": {ledger: held(41, "w0"), lease: lease, queueFull: map[types.UID]bool{"uid-w1": true}, maxWaiters: 1},
 	}
 	passed := 0
@@ -134,4 +137,27 @@ func names(claims []*fkv1.FencedLease) []string {
 		out[i] = c.Name
 	}
 	return out
+}
+
+// The waiter to be granted next is shown Next (its library then watches
+// the Lease), every other waiter Queued; a waiter that is no longer next
+// goes back to Queued.
+func TestOnlyTheNextWaiterIsShownNext(t *testing.T) {
+	in := statusInputs{ledger: held(41, "w0"), next: "uid-w1"}
+	reason := func(c *fkv1.FencedLease, in statusInputs) string {
+		st, _ := desiredStatus(c, in)
+		return st.Conditions[0].Reason
+	}
+	w1, w2 := claim("w1", 1, "", 0), claim("w2", 2, "", 0)
+	if got := reason(w1, in); got != fkv1.ReasonNext {
+		t.Fatalf("the next waiter: reason %q, want %q", got, fkv1.ReasonNext)
+	}
+	if got := reason(w2, in); got != fkv1.ReasonQueued {
+		t.Fatalf("a waiter behind it: reason %q, want %q", got, fkv1.ReasonQueued)
+	}
+	w1.Status, _ = desiredStatus(w1, in)
+	in.next = "uid-w2"
+	if queuedAsBefore(w1, in) || reason(w1, in) != fkv1.ReasonQueued {
+		t.Fatalf("a waiter no longer next keeps %q", reason(w1, in))
+	}
 }

@@ -29,6 +29,10 @@ type statusInputs struct {
 	epochLostUID string
 	// exhausted: the lock's epochs are used up; waiters are never granted.
 	exhausted bool
+	// next is the waiter to be granted next (none: ""): it is shown
+	// ReasonNext, so its library watches the Lease for its grant while the
+	// waiters behind it watch only their claims.
+	next types.UID
 	// unrecorded: the Lease's counter cannot be its holder's epoch, and the
 	// holder's status records none (decide's grantUnrecorded).
 	unrecorded bool
@@ -142,6 +146,10 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		case in.exhausted:
 			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonEpochsExhausted,
 				fmt.Sprintf("Lock %s has issued its last possible epoch (%d) and will never be granted again: use another lock name", lockName, in.ledger.Epoch))
+		case c.UID == in.next:
+			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonNext,
+				fmt.Sprintf("Next in the queue of lock %s: granted when the current hold ends", lockName))
+			meta.RemoveStatusCondition(&st.Conditions, fkv1.ConditionLockConflict)
 		default:
 			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonQueued, queuedPrefix+lockName)
 			meta.RemoveStatusCondition(&st.Conditions, fkv1.ConditionLockConflict)
@@ -162,7 +170,7 @@ const queuedPrefix = "Waiting in the queue of lock "
 func queuedAsBefore(c *fkv1.FencedLease, in statusInputs) bool {
 	st := &c.Status
 	if st.Phase != fkv1.PhasePending || in.foreign != "" || in.exhausted || c.UID == in.ledger.HolderUID ||
-		c.UID == in.ledger.PreviousUID || st.ObservedGeneration != c.Generation || st.LeaseName != c.Spec.LockName ||
+		c.UID == in.ledger.PreviousUID || c.UID == in.next || st.ObservedGeneration != c.Generation || st.LeaseName != c.Spec.LockName ||
 		len(st.Conditions) != 1 || fkv1.RecordsNoIdentity(c) {
 		return false
 	}

@@ -64,11 +64,23 @@ var _ = Describe("Lock controller", func() {
 		pending := eventuallyPhase(ns, w2.Name, fkv1.PhasePending)
 		cond := meta.FindStatusCondition(pending.Status.Conditions, fkv1.ConditionHeld)
 		Expect(cond).NotTo(BeNil())
-		Expect(cond.Reason).To(Equal(fkv1.ReasonQueued))
+		Expect(cond.Reason).To(Equal(fkv1.ReasonNext), "the head waiter is shown Next (its library watches the Lease)")
 		Consistently(func() fkv1.FencedLeasePhase { return getClaim(ns, w2.Name).Status.Phase }, time.Second).Should(Equal(fkv1.PhasePending))
+		w3 := createClaim(ns, "w3-report-2026-07", "report-2026-07", "W3", 30)
+		reasonOf := func(name string) func() string {
+			return func() string {
+				if c := meta.FindStatusCondition(getClaim(ns, name).Status.Conditions, fkv1.ConditionHeld); c != nil {
+					return c.Reason
+				}
+				return ""
+			}
+		}
+		Eventually(reasonOf(w3.Name), 10*time.Second).Should(Equal(fkv1.ReasonQueued), "a waiter behind the head")
 
 		deleteClaim(w1)
 		held2 := eventuallyPhase(ns, w2.Name, fkv1.PhaseHeld)
+		Eventually(reasonOf(w3.Name), 10*time.Second).Should(Equal(fkv1.ReasonNext), "the new head waiter")
+		deleteClaim(w3)
 		Expect(held2.Status.Epoch).To(Equal(e + 1))
 		lease = getLease(ns, "report-2026-07")
 		Expect(*lease.Spec.HolderIdentity).To(Equal("W2"))
