@@ -168,7 +168,8 @@ func (c *cluster) rssMiB() float64 {
 }
 
 // writes counts the apiserver's own record of mutating requests to Leases
-// and FencedLease status (what the manager writes), from apiserver_request_total.
+// and FencedLease status (what the manager writes), from apiserver_request_total,
+// less the apiserver's identity heartbeats and the bench's floor Leases.
 func (c *cluster) writes() (leases, claimStatus float64) {
 	if !c.eachRequestTotal(func(l map[string]string, v float64) {
 		switch l["verb"] {
@@ -188,7 +189,7 @@ func (c *cluster) writes() (leases, claimStatus float64) {
 	}) {
 		return -1, -1
 	}
-	leases -= float64(c.systemLeaseWrites.Load())
+	leases -= float64(c.systemLeaseWrites.Load() + floorWrites.Load())
 	return
 }
 

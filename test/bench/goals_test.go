@@ -13,29 +13,39 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
-// okReport meets every goal exactly at its limit.
+// okReport meets every goal exactly at its limit. Its latencies have 200
+// samples (a p99) and a max far above it, so a ratio that took the max
+// instead of the p99 would fail.
 func okReport() report {
-	l := func(p50, p99 float64) latency { return latency{P50: p50, P99: p99, N: 10} }
+	l := func(p50, p99 float64) latency {
+		return latency{P50: p50, P99: p99, Min: p50 / 2, Max: p99 + 1000, N: 200}
+	}
 	return report{
-		FloorMS: l(2, 10), GrantMS: l(6, 40),
-		HandoffMS:           map[string]latency{"waiters_1": l(5, 30), "waiters_10": l(5, 30), "waiters_1000": l(5, 30)},
-		TakeoverOvershootMS: l(50, 100), ClientgoTakeoverOvershootMS: l(-800, -600),
+		FloorMS: l(2, 10),
+		FloorByPhaseMS: map[string]latency{"floor": l(2, 10), "grant_new": l(2, 10), "grant_existing": l(2, 10),
+			"handoff_waiters_1": l(2, 10), "handoff_waiters_10": l(2, 10), "handoff_waiters_1000": l(2, 10)},
+		GrantMS: l(10, 60), GrantNewMS: l(10, 60), GrantExistingMS: l(7, 40),
+		HandoffMS:           map[string]latency{"waiters_1": l(5, 30), "waiters_10": l(5, 35), "waiters_1000": l(5, 35)},
+		TakeoverOvershootMS: l(50, 100), ClientgoTakeoverOvershootMS: latency{P50: -100, Min: -800, Max: 150, N: 20}, ClientgoTakeoverBeforeTTLShare: 0.35,
 		ElectionTakeoverOvershootMS: l(50, 100),
 		GracefulHandoffMS:           l(10, 20), ClientgoGracefulHandoffMS: l(200, 400), EtcdMutexHandoffMS: l(1, 3),
-		WritesPerGrant: 2, WritesPerHandoff: 2, NoopResyncWrites: 0,
-		GrantsPerS: 2, FloorUpdatesPerS: 10,
+		WritesPerGrant: 3, WritesPerGrantNew: 3, WritesPerGrantExisting: 2, WritesPerHandoff: 2, NoopResyncWrites: 0,
+		GrantsPerS: 8, ChainFloorGrantsPerS: 10, FloorUpdatesPerS: 20,
 		GuardedUpdateMS: l(5, 13), UnguardedUpdateMS: l(4, 10), WebhookHandlerMeanMS: 0.1,
 		GuardedUpdateCELMS: l(5, 13), UnguardedUpdateCELMS: l(4, 10),
-		GuardedUpdateCELByBindings:   map[string]latency{"bindings_10": l(5, 13), "bindings_1000": l(5, 13), "bindings_5000": l(5, 13)},
+		GuardedUpdateCELByBindings:   map[string]latency{"bindings_10": l(5, 13), "bindings_1000": l(5, 15), "bindings_5000": l(5, 20)},
 		UnguardedUpdateCELByBindings: map[string]latency{"bindings_10": l(4, 10), "bindings_1000": l(4, 10), "bindings_5000": l(4, 10)},
+		CELByBindings:                []celPoint{{Bindings: 10, GuardedMS: l(5, 13), UnguardedMS: l(4, 10), GuardedOverUnguarded: 1.3}},
 		RSSMiB10k:                    150, RSSMiB50k: 600, ScaleCurve: []scalePoint{{Claims: 50000, Locks: 25000, RSSMiB: 600, Correct: true}}, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
 		Ratios:           map[string]float64{},
 		GrantLeaseSeenMS: l(4, 20), HandoffLeaseSeenMS: map[string]latency{"waiters_1": l(3, 20), "waiters_1000": l(3, 20)},
 		RequestCostMS: map[string]map[string]float64{
 			"floor":             {"PUT leases": 2},
-			"grant":             {"POST fencedleases": 4, "LIST leases": 60, "POST leases": 3, "PATCH fencedleases/status": 5, "POST events": 3},
+			"grant_new":         {"POST fencedleases": 4, "POST leases": 3, "PUT leases": 2, "PATCH fencedleases/status": 5, "POST events": 3},
+			"grant_existing":    {"POST fencedleases": 4, "PUT leases": 3, "PATCH fencedleases/status": 5, "POST events": 3},
 			"handoff_waiters_1": {"DELETE fencedleases": 4, "PUT leases": 2, "PATCH fencedleases/status": 5},
 		},
 	}
@@ -62,6 +72,9 @@ func TestGoalKeysAndFiguresUnique(t *testing.T) {
 			t.Errorf("figure %q twice", g.figure)
 		}
 		keys[g.key], figures[g.figure] = true, true
+		if strings.Contains(strings.ToLower(g.figure+g.key+g.target), "revision") {
+			t.Errorf("%s: the revision read is gone (DESIGN §7 rev. 3)", g.figure)
+		}
 		if g.key != "" && g.num == nil {
 			t.Errorf("%s: a key but no ratio", g.figure)
 		}
@@ -84,7 +97,7 @@ func TestKeysNameTheirConstantDenominator(t *testing.T) {
 			continue
 		}
 		want, _ := strconv.ParseFloat(m[1], 64)
-		if got := g.den(report{HandoffMS: map[string]latency{}}); got != want {
+		if got := g.den(report{}); got != want {
 			t.Errorf("%s divides by %g", g.key, got)
 		}
 	}
@@ -106,10 +119,12 @@ func TestReportJSONKeys(t *testing.T) {
 		top = append(top, k)
 	}
 	sort.Strings(top)
-	wantTop := []string{"clientgo_graceful_handoff_ms", "clientgo_takeover_overshoot_ms", "current_staleness_window_ms", "election_takeover_overshoot_ms", "etcd_mutex_handoff_ms", "floor_ms", "floor_throughput_breakdown", "floor_updates_per_s", "graceful_handoff_ms", "grant_lease_seen_ms", "grant_ms", "grants_per_s",
+	wantTop := []string{"cel_by_bindings", "chain_floor_grants_per_s", "chain_floor_throughput_breakdown", "clientgo_graceful_handoff_ms", "clientgo_takeover_before_ttl_share", "clientgo_takeover_overshoot_ms",
+		"current_staleness_window_ms", "election_takeover_overshoot_ms", "etcd_mutex_handoff_ms", "floor_by_phase_ms", "floor_ms", "floor_throughput_breakdown", "floor_updates_per_s",
+		"graceful_handoff_ms", "grant_existing_ms", "grant_lease_seen_ms", "grant_ms", "grant_new_ms", "grants_per_s",
 		"guarded_update_cel_by_bindings_ms", "guarded_update_cel_ms", "guarded_update_ms", "handoff_lease_seen_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "request_cost_ms", "rss_mib_10k", "rss_mib_50k", "scale_all_grants_correct",
 		"scale_claims", "scale_curve", "scale_locks", "stale_refused_after_release_ms", "takeover_overshoot_ms", "throughput_breakdown", "unguarded_update_cel_by_bindings_ms", "unguarded_update_cel_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
-		"writes_per_grant", "writes_per_handoff"}
+		"writes_per_grant", "writes_per_grant_existing", "writes_per_grant_new", "writes_per_handoff"}
 	if !slices.Equal(top, wantTop) {
 		t.Errorf("top-level keys\n got %v\nwant %v", top, wantTop)
 	}
@@ -144,8 +159,8 @@ func TestPrintedRowsComeFromGoals(t *testing.T) {
 		t.Fatalf("%d rows printed, %d goals", len(rows), len(goals))
 	}
 	for i, g := range goals {
-		if rows[i][0] != g.figure || rows[i][2] != g.goalText() {
-			t.Errorf("row %d is %q, goal %q %q", i, rows[i], g.figure, g.goalText())
+		if rows[i][0] != g.figure || rows[i][2] != g.goalText(okReport()) {
+			t.Errorf("row %d is %q, goal %q %q", i, rows[i], g.figure, g.goalText(okReport()))
 		}
 		if strings.Contains(rows[i][2], "%!") {
 			t.Errorf("row %d: bad goal format %q", i, rows[i][2])
@@ -167,25 +182,40 @@ func TestVerdictFlipsAtTheLimit(t *testing.T) {
 		figure string
 		cross  func(r *report)
 	}{
-		{"grant_ms p50", func(r *report) { r.GrantMS.P50 = 6.01 }},
-		{"grant_ms p99", func(r *report) { r.GrantMS.P99 = 40.01 }},
-		{"handoff_ms waiters_1", func(r *report) { r.HandoffMS["waiters_1"] = latency{P50: 5, P99: 30.01} }},
-		{"handoff_ms waiters_1000", func(r *report) { r.HandoffMS["waiters_1000"] = latency{P50: 5, P99: 30.01} }},
+		{"grant_existing_ms p50", func(r *report) { r.GrantExistingMS.P50 = 7.01 }},
+		{"grant_existing_ms p99", func(r *report) { r.GrantExistingMS.P99 = 40.01 }},
+		{"grant_existing_ms p99", func(r *report) { r.FloorByPhaseMS["grant_existing"] = latency{P50: 2, P99: 9.99, Max: 1000, N: 200} }},
+		{"grant_new_ms p50", func(r *report) { r.GrantNewMS.P50 = 10.01 }},
+		{"grant_new_ms p99", func(r *report) { r.GrantNewMS.P99 = 60.01 }},
+		// Each phase is judged against its own floor, not another's.
+		{"grant_new_ms p50", func(r *report) { r.FloorByPhaseMS["grant_new"] = latency{P50: 1.99, P99: 10, Max: 1000, N: 200} }},
+		{"handoff_ms waiters_1", func(r *report) { r.HandoffMS["waiters_1"] = latency{P50: 5, P99: 30.01, Max: 1000, N: 200} }},
+		{"handoff_ms waiters_10", func(r *report) { r.HandoffMS["waiters_10"] = latency{P50: 5, P99: 35.01, Max: 1000, N: 200} }},
+		{"handoff_ms waiters_1000", func(r *report) { r.HandoffMS["waiters_1000"] = latency{P50: 5, P99: 35.01, Max: 1000, N: 200} }},
 		{"takeover_overshoot_ms", func(r *report) { r.TakeoverOvershootMS.P99 = 100.01 }},
 		{"election_takeover_overshoot_ms (fenced election)", func(r *report) { r.ElectionTakeoverOvershootMS.P99 = 100.01 }},
 		{"graceful_handoff_ms (fenced election)", func(r *report) { r.GracefulHandoffMS.P50 = 10.01 }},
 		{"clientgo_graceful_handoff_ms (ReleaseOnCancel)", func(r *report) { r.ClientgoGracefulHandoffMS.P99 = 399.9 }},
-		{"writes_per_grant", func(r *report) { r.WritesPerGrant = 2.01 }},
+		{"writes_per_grant_existing", func(r *report) { r.WritesPerGrantExisting = 2.01 }},
+		{"writes_per_grant (new lock)", func(r *report) { r.WritesPerGrant = 3.01 }},
 		{"writes_per_handoff (1000 waiters)", func(r *report) { r.WritesPerHandoff = 2.01 }},
 		{"noop_resync_writes", func(r *report) { r.NoopResyncWrites = 1 }},
-		{"grants_per_s", func(r *report) { r.GrantsPerS = 1.99 }},
+		{"grants_per_s", func(r *report) { r.GrantsPerS = 7.99 }},
+		{"grants_per_s", func(r *report) { r.ChainFloorGrantsPerS = 10.01 }},
 		{"guarded_update_ms", func(r *report) { r.GuardedUpdateMS.P99 = 13.01 }},
-		{"guarded_update_cel_ms", func(r *report) { r.GuardedUpdateCELMS.P99 = 13.01 }},
-		{"guarded_update_cel_ms, 5,000 locks bound", func(r *report) { r.GuardedUpdateCELByBindings["bindings_5000"] = latency{P50: 5, P99: 13.01, N: 10} }},
+		{"guarded_update_cel_ms, 10 locks bound", func(r *report) {
+			r.GuardedUpdateCELByBindings["bindings_10"] = latency{P50: 5, P99: 13.01, Max: 1000, N: 200}
+		}},
+		{"guarded_update_cel_ms, 5,000 locks bound", func(r *report) {
+			r.GuardedUpdateCELByBindings["bindings_5000"] = latency{P50: 5, P99: 20.01, Max: 1000, N: 200}
+		}},
 		{"rss_mib_10k", func(r *report) { r.RSSMiB10k = 150.1 }},
 		{"rss_mib_50k", func(r *report) { r.RSSMiB50k = 600.1 }},
 		{"rss_mib_10k", func(r *report) { r.ScaleCorrect = false }},
-		{"grant_ms p50", func(r *report) { r.GrantMS.P50 = 0; r.FloorMS.P50 = 0 }}, // no ratio: not met
+		{"grant_new_ms p50", func(r *report) {
+			r.GrantNewMS.P50 = 0
+			r.FloorByPhaseMS["grant_new"] = latency{P99: 10, Max: 1000, N: 200}
+		}}, // no ratio: not met
 	}
 	base := okReport()
 	for _, g := range goals {
@@ -223,6 +253,16 @@ func TestUnmeasuredGoalIsNotJudged(t *testing.T) {
 	if !strings.Contains(b.String(), "| rss_mib_50k | not measured") {
 		t.Fatalf("the table does not say rss_mib_50k was not measured:\n%s", b.String())
 	}
+	// A quick run's CEL curve stops at 1,000 locks: the 5,000 rows say so
+	// and nothing about a max.
+	r.GuardedUpdateCELByBindings["bindings_5000"], r.UnguardedUpdateCELByBindings["bindings_5000"] = latency{}, latency{}
+	r.UnguardedUpdateCELMS.N = 100
+	for _, f := range []string{"guarded_update_cel_ms, 5,000 locks bound", "unguarded_update_cel_ms, 5,000 locks bound"} {
+		g := goalByFigure(t, f)
+		if _, judged := g.met(r); judged || strings.Contains(g.goalText(r), "max") || !strings.HasPrefix(g.value(r), "not measured") {
+			t.Errorf("%s unmeasured: judged=%v, %q, %q", f, judged, g.goalText(r), g.value(r))
+		}
+	}
 }
 
 // The chains sum their own requests' server times (and nothing else the
@@ -231,17 +271,17 @@ func TestUnmeasuredGoalIsNotJudged(t *testing.T) {
 func TestChains(t *testing.T) {
 	r := okReport()
 	for figure, want := range map[string]float64{
-		"grant chain: server time of its requests (new lock)":        (4 + 60 + 3 + 5) / 2.0,
-		"grant chain without the revision read":                      (4 + 3 + 5) / 2.0,
-		"handoff chain: server time of its requests (1 waiter)":      (4 + 2 + 5) / 2.0,
-		"grant chain without the revision read and the status patch": (4 + 3) / 2.0,
-		"handoff chain without the status patch":                     (4 + 2) / 2.0,
+		"grant chain, new lock: server time of its requests":      (4 + 3 + 2 + 5) / 2.0,
+		"grant chain, existing lock: server time of its requests": (4 + 3 + 5) / 2.0,
+		"grant chain, existing lock, without the status patch":    (4 + 3) / 2.0,
+		"handoff chain: server time of its requests (1 waiter)":   (4 + 2 + 5) / 2.0,
+		"handoff chain without the status patch":                  (4 + 2) / 2.0,
 	} {
 		if got := goalByFigure(t, figure).ratio(r); got != want {
 			t.Errorf("%s: ratio %v, want %v", figure, got, want)
 		}
 	}
-	if got, want := chainText("grant", grantChain, revisionRead)(r), "POST fencedleases 4.00 + POST leases 3.00 + PATCH fencedleases/status 5.00 = 12.00 ms vs the floor's PUT leases 2.00 ms"; got != want {
+	if got, want := chainText("grant_existing", grantExistingChain, statusPatch)(r), "POST fencedleases 4.00 + PUT leases 3.00 = 7.00 ms vs the floor's PUT leases 2.00 ms"; got != want {
 		t.Errorf("chain text %q, want %q", got, want)
 	}
 	delete(r.RequestCostMS["handoff_waiters_1"], "PUT leases")
@@ -276,7 +316,7 @@ func TestPartialRun(t *testing.T) {
 	}
 	r := okReport()
 	r.Only = only.names()
-	r.GrantMS = latency{}
+	r.GrantNewMS = latency{}
 	var b bytes.Buffer
 	printTable(&b, r)
 	if !strings.Contains(b.String(), "Partial run (BENCH_ONLY): the floor and takeover, graceful only.") {
@@ -286,5 +326,62 @@ func TestPartialRun(t *testing.T) {
 		if strings.HasSuffix(line, "| yes |") || strings.HasSuffix(line, "| NO |") {
 			t.Errorf("a partial run judged a goal: %s", line)
 		}
+	}
+}
+
+// A p99 comes from 200 samples or more; below that the figure's tail is its
+// max: printed as such, judged on it, and the goal's row says so.
+func TestTailIsTheMaxBelow200Samples(t *testing.T) {
+	ms := func(n int) []time.Duration {
+		d := make([]time.Duration, n)
+		for i := range d {
+			d[i] = time.Duration(i+1) * time.Millisecond
+		}
+		return d
+	}
+	if l := summarize(ms(200)); l.P99 != 198 || l.Max != 200 || l.Min != 1 || l.tail() != 198 || latText(l) != "p50 100.00 / p99 198.00 (n=200)" {
+		t.Errorf("200 samples: %+v tail %v %q", l, l.tail(), latText(l))
+	}
+	if l := summarize(ms(199)); l.P99 != 0 || l.tail() != 199 || latText(l) != "p50 100.00 / max 199.00 (n=199)" {
+		t.Errorf("199 samples: %+v tail %v %q", l, l.tail(), latText(l))
+	}
+	if b, _ := json.Marshal(summarize(ms(50))); strings.Contains(string(b), "p99") {
+		t.Errorf("a p99 from 50 samples in the JSON: %s", b)
+	}
+
+	g := goalByFigure(t, "handoff_ms waiters_1")
+	r := okReport()
+	// 50 rounds and 50 floor samples: judged max over max (30 / 10).
+	r.HandoffMS["waiters_1"] = latency{P50: 5, P99: 1, Max: 30, N: 50}
+	r.FloorByPhaseMS["handoff_waiters_1"] = latency{P50: 2, P99: 1, Max: 10, N: 50}
+	if met, judged := g.met(r); !met || !judged || g.ratio(r) != 3 {
+		t.Errorf("on the max at the limit: met=%v judged=%v ratio %v", met, judged, g.ratio(r))
+	}
+	if text := g.goalText(r); !strings.Contains(text, "on the max") {
+		t.Errorf("the goal does not say it was judged on the max: %q", text)
+	}
+	if text := g.goalText(okReport()); strings.Contains(text, "max") {
+		t.Errorf("a goal on p99s says max: %q", text)
+	}
+	r.HandoffMS["waiters_1"] = latency{P50: 5, P99: 1, Max: 30.01, N: 50}
+	if met, _ := g.met(r); met {
+		t.Errorf("a max past the limit is met (ratio %v)", g.ratio(r))
+	}
+	var b bytes.Buffer
+	printTable(&b, r)
+	if !strings.Contains(b.String(), "| handoff_ms waiters_1 | p50 5.00 / max 30.01 (n=50); floor p50 2.00 / max 10.00 (n=50) |") {
+		t.Errorf("the row does not show the max:\n%s", b.String())
+	}
+}
+
+// client-go's takeover is a reference: min/max and the share before the
+// TTL, never a p50/p99.
+func TestClientgoTakeoverReference(t *testing.T) {
+	g := goalByFigure(t, "clientgo_takeover_overshoot_ms")
+	if got, want := g.value(okReport()), "min -800.00 / max 150.00 (n=20); 35% taken over before the TTL"; got != want {
+		t.Errorf("value %q, want %q", got, want)
+	}
+	if _, judged := g.met(okReport()); judged || g.num != nil {
+		t.Errorf("client-go's takeover is judged or has a ratio")
 	}
 }

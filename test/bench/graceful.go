@@ -3,7 +3,11 @@
 // the time from that cancel to the successor's OnStartedLeading. Both sides
 // run client-go's LeaderElector with the same TTL: the fenced Lock
 // (pkg/election, timings as its ManagerOptions sets them) and client-go's
-// LeaseLock (controller-runtime's default timings: 15s / 10s / 2s).
+// LeaseLock (controller-runtime's default timings: 15s / 10s / 2s). What
+// each side waits on: the fenced successor on the release and then its
+// grant (its claim queued; the elector sees the grant at its next 10 ms
+// poll of its own cache); client-go's on its next RetryPeriod (2 s) try
+// after the release.
 package main
 
 import (

@@ -1,12 +1,18 @@
 // Handoff latency: one holder plus `waiters` claims on the same lock, all
 // Pending (queue in place) first; delete the holder's claim and stop the
 // clock when the namespace watch sees the next waiter Held; `rounds`
-// handoffs in a row. markHook lets writes.go count writes around the rounds.
+// handoffs, spaced with jitter, a floor round trip between consecutive
+// ones. Queues of fewer than 1,000 are topped up before each round (a new
+// waiter created and seen Pending before the clock starts), so every
+// handoff has `waiters` waiters; the 1,000-waiter queue starts with 1,000 +
+// rounds instead, so the writes counted around its rounds are the
+// handoffs' alone.
 package main
 
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"time"
 
@@ -16,101 +22,113 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
-// markHook, when set, is called before (true) and after (false) the handoff
-// rounds, to count writes around them only.
-var markHook func(before bool)
-
-func measureHandoffCounting(ctx context.Context, c client.WithWatch, waiters, rounds int, mark func(before bool)) (held, named latency, err error) {
-	markHook = mark
-	defer func() { markHook = nil }()
-	return measureHandoff(ctx, c, waiters, rounds)
-}
-
-// handoff: holder deletes its claim -> the next waiter's watch sees Held
-// (held), and -> a watch of the Lease sees it name that waiter (named), with
-// `waiters` claims queued; rounds handoffs in a row.
-func measureHandoff(ctx context.Context, c client.WithWatch, waiters, rounds int) (held, named latency, err error) {
+// measureHandoff: holder deletes its claim -> the next waiter's watch sees
+// Held, with `waiters` claims queued; the manager's writes and the request
+// costs are counted around the rounds only. With profilePath set, the
+// manager's CPU is profiled for 3 s from the first round on, into that file.
+func measureHandoff(ctx context.Context, c client.WithWatch, cl *cluster, waiters, rounds int, profilePath string) (timed, error) {
 	ns, err := newNS(ctx, c, fmt.Sprintf("handoff%d", waiters))
 	if err != nil {
-		return latency{}, latency{}, err
+		return timed{}, err
 	}
 	h, err := watchHeld(ctx, c, ns)
 	if err != nil {
-		return latency{}, latency{}, err
+		return timed{}, err
 	}
 	defer h.stop()
-	total := waiters + rounds
-	names := make([]string, total+1)
-	for i := range names {
-		names[i] = fmt.Sprintf("c%05d", i)
+	f, err := newFloorSampler(ctx, c)
+	if err != nil {
+		return timed{}, err
 	}
-	first := h.expect(names[0])
-	if err := c.Create(ctx, claim(ns, names[0], "lock", 3600)); err != nil {
-		return latency{}, latency{}, err
+	topUp := waiters < 1000
+	queued := waiters
+	if !topUp {
+		queued += rounds
+	}
+	name := func(i int) string { return fmt.Sprintf("c%05d", i) }
+	first := h.expect(name(0))
+	if err := c.Create(ctx, claim(ns, name(0), "lock", 3600)); err != nil {
+		return timed{}, err
 	}
 	if _, err := wait(first, 30*time.Second); err != nil {
-		return latency{}, latency{}, err
+		return timed{}, err
 	}
 	// Queue in name order within one creationTimestamp second is FIFO by name.
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
-	for i := 1; i <= total; i++ {
-		g.Go(func() error { return c.Create(gctx, claim(ns, names[i], "lock", 3600)) })
+	for i := 1; i <= queued; i++ {
+		g.Go(func() error { return c.Create(gctx, claim(ns, name(i), "lock", 3600)) })
 	}
 	if err := g.Wait(); err != nil {
-		return latency{}, latency{}, err
+		return timed{}, err
 	}
 	// Measure handoffs with the queue in place: every waiter's Queued
-	// status written.
-	// The queue's order is read once, before the rounds: listing every
-	// claim in each round would load the apiserver (a 1,000-claim list is
-	// tens of ms of its CPU) right when the next handoff is timed.
+	// status written. The queue's order is read once, before the rounds:
+	// listing every claim in each round would load the apiserver (a
+	// 1,000-claim list is tens of ms of its CPU) right when the next
+	// handoff is timed. Top-ups join at its end.
 	var queue []string
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		var list fkv1.FencedLeaseList
 		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
-			return latency{}, latency{}, err
+			return timed{}, err
 		}
-		if queue = pendingInOrder(list.Items); len(queue) == total {
+		if queue = pendingInOrder(list.Items); len(queue) == queued {
 			break
 		}
 		if time.Now().After(deadline) {
-			return latency{}, latency{}, fmt.Errorf("only %d of %d waiters queued after 5m", len(queue), total)
+			return timed{}, fmt.Errorf("only %d of %d waiters queued after 5m", len(queue), queued)
 		}
-		time.Sleep(200 * time.Millisecond)
+	}
+	w := cl.open()
+	profiled := make(chan error, 1)
+	if profilePath != "" {
+		go func() { profiled <- cl.profile("profile", 3, profilePath) }()
 	}
 	var d, dn []time.Duration
-	holder := names[0]
-	if markHook != nil {
-		markHook(true)
-	}
-	defer func() {
-		if markHook != nil {
-			time.Sleep(time.Second)
-			markHook(false)
-		}
-	}()
+	holder := name(0)
 	for r := 0; r < rounds; r++ {
+		if topUp && r > 0 {
+			next := name(queued + r)
+			ch := h.expectPending(next)
+			if err := c.Create(ctx, claim(ns, next, "lock", 3600)); err != nil {
+				return timed{}, err
+			}
+			if _, err := wait(ch, 30*time.Second); err != nil {
+				return timed{}, fmt.Errorf("top-up %s not queued: %w", next, err)
+			}
+			queue = append(queue, next)
+		}
 		// The FIFO head: a wrong guess times out below.
 		next := queue[r]
 		ch, chn := h.expect(next), h.expectNamed(next)
 		start := time.Now()
 		if err := c.Delete(ctx, claim(ns, holder, "lock", 300)); err != nil {
-			return latency{}, latency{}, err
+			return timed{}, err
 		}
 		t, err := wait(ch, 30*time.Second)
 		if err != nil {
-			return latency{}, latency{}, fmt.Errorf("handoff to %s: %w", next, err)
+			return timed{}, fmt.Errorf("handoff to %s: %w", next, err)
 		}
 		tn, err := wait(chn, 30*time.Second)
 		if err != nil {
-			return latency{}, latency{}, fmt.Errorf("no Lease named %s: %w", next, err)
+			return timed{}, fmt.Errorf("no Lease named %s: %w", next, err)
 		}
 		d, dn = append(d, t.Sub(start)), append(dn, tn.Sub(start))
 		holder = next
+		if err := f.sample(ctx); err != nil {
+			return timed{}, err
+		}
+		spacing()
 	}
-	return summarize(d), summarize(dn), nil
+	res := timed{held: summarize(d), named: summarize(dn), floor: f.latency()}
+	res.writes, res.cost = w.close()
+	if profilePath != "" {
+		if err := <-profiled; err != nil {
+			fmt.Fprintln(os.Stderr, "bench: handoff CPU profile:", err)
+		}
+	}
+	return res, nil
 }
 
 // pendingInOrder is the Pending claims in queue order: FIFO by

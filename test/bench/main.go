@@ -4,8 +4,9 @@
 // process of its own. It reports; it does not fail on timing (make bench).
 //
 // main.go runs the steps in order; each measurement lives in the file named
-// after it (floor, grant, handoff, writes, takeover, throughput, admission,
-// scale), the goals in goals.go and the output in report.go.
+// after it (floor, grant, handoff, writes, takeover, graceful, throughput and
+// chainfloor, admission, celmode, staleness, scale), the goals in goals.go
+// and the output in report.go.
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,13 +27,14 @@ import (
 )
 
 type params struct {
-	floorN, grantN, handoffRounds, takeoverRuns, throughputLocks, guardedN, scaleClaims, scaleLocks int
-	ttl                                                                                             time.Duration
+	floorN, grantN, handoffRounds, takeoverRuns, throughputCycles, guardedN, scaleClaims, scaleLocks int
+	ttl                                                                                              time.Duration
 }
 
 var (
-	quickParams = params{floorN: 100, grantN: 30, handoffRounds: 10, takeoverRuns: 5, throughputLocks: 300, guardedN: 100, scaleClaims: 2000, scaleLocks: 1000, ttl: 2 * time.Second}
-	fullParams  = params{floorN: 500, grantN: 200, handoffRounds: 50, takeoverRuns: 20, throughputLocks: 1000, guardedN: 500, scaleClaims: 10000, scaleLocks: 5000, ttl: 2 * time.Second}
+	quickParams = params{floorN: 100, grantN: 30, handoffRounds: 10, takeoverRuns: 5, throughputCycles: 300, guardedN: 100, scaleClaims: 2000, scaleLocks: 1000, ttl: 2 * time.Second}
+	// The full run's grants and handoffs are 200 each: enough for a p99.
+	fullParams = params{floorN: 500, grantN: 200, handoffRounds: 200, takeoverRuns: 20, throughputCycles: 1000, guardedN: 500, scaleClaims: 10000, scaleLocks: 5000, ttl: 2 * time.Second}
 )
 
 func main() {
@@ -88,20 +91,22 @@ func run(quick bool, p params, only steps) error {
 		return err
 	}
 	r := report{Quick: quick, Only: only.names(), HandoffMS: map[string]latency{}, Ratios: map[string]float64{}, RequestCostMS: map[string]map[string]float64{},
-		HandoffLeaseSeenMS: map[string]latency{}}
+		HandoffLeaseSeenMS: map[string]latency{}, FloorByPhaseMS: map[string]latency{},
+		GuardedUpdateCELByBindings: map[string]latency{}, UnguardedUpdateCELByBindings: map[string]latency{}}
 
 	done = step("warm-up")
-	if _, _, err := measureGrant(ctx, c, 5); err != nil {
+	if _, err := measureGrant(ctx, c, cl, 5, false); err != nil {
 		return err
 	}
 	if _, err := measureFloor(ctx, c, 20); err != nil {
 		return err
 	}
+	resetFloorPool()
 	done()
 
 	done = step("floor")
 	if r.RequestCostMS["floor"], err = costAround(cl, func() (err error) {
-		r.FloorMS, err = measureFloor(ctx, c, p.floorN)
+		r.FloorByPhaseMS["floor"], err = measureFloor(ctx, c, p.floorN)
 		return err
 	}); err != nil {
 		return err
@@ -109,19 +114,21 @@ func run(quick bool, p params, only steps) error {
 	done()
 
 	if only.want("grant") {
-		done = step("grant")
-		w, err := writesAround(cl, func() (err error) {
-			r.RequestCostMS["grant"], err = costAround(cl, func() (err error) {
-				r.GrantMS, r.GrantLeaseSeenMS, err = measureGrant(ctx, c, p.grantN)
+		for _, phase := range []string{"grant_new", "grant_existing"} {
+			done = step(strings.ReplaceAll(phase, "_", " on ") + " locks (jittered, a floor round trip between grants)")
+			t, err := measureGrant(ctx, c, cl, p.grantN, phase == "grant_existing")
+			if err != nil {
 				return err
-			})
-			return err
-		})
-		if err != nil {
-			return err
+			}
+			r.FloorByPhaseMS[phase], r.RequestCostMS[phase] = t.floor, t.cost
+			writes := round2(t.writes / float64(p.grantN))
+			if phase == "grant_existing" {
+				r.GrantExistingMS, r.WritesPerGrantExisting = t.held, writes
+			} else {
+				r.GrantNewMS, r.GrantMS, r.GrantLeaseSeenMS, r.WritesPerGrantNew, r.WritesPerGrant = t.held, t.held, t.named, writes, writes
+			}
+			done()
 		}
-		r.WritesPerGrant = round2(w / float64(p.grantN))
-		done()
 	}
 
 	if only.want("handoff") {
@@ -131,15 +138,15 @@ func run(quick bool, p params, only steps) error {
 			if waiters == 1000 && os.Getenv("BENCH_HANDOFF_PROFILE") == "1" {
 				profile = ".bench/handoff-cpu.pprof"
 			}
-			lat, named, w, cost, err := measureHandoffWrites(ctx, c, cl, waiters, p.handoffRounds, profile)
+			t, err := measureHandoff(ctx, c, cl, waiters, p.handoffRounds, profile)
 			if err != nil {
 				return err
 			}
-			r.HandoffMS[fmt.Sprintf("waiters_%d", waiters)] = lat
-			r.HandoffLeaseSeenMS[fmt.Sprintf("waiters_%d", waiters)] = named
-			r.RequestCostMS[fmt.Sprintf("handoff_waiters_%d", waiters)] = cost
+			k := fmt.Sprintf("waiters_%d", waiters)
+			r.HandoffMS[k], r.HandoffLeaseSeenMS[k] = t.held, t.named
+			r.FloorByPhaseMS["handoff_"+k], r.RequestCostMS["handoff_"+k] = t.floor, t.cost
 			if waiters == 1000 {
-				r.WritesPerHandoff = round2(w / float64(p.handoffRounds))
+				r.WritesPerHandoff = round2(t.writes / float64(p.handoffRounds))
 			}
 			done()
 		}
@@ -147,7 +154,8 @@ func run(quick bool, p params, only steps) error {
 
 	if only.want("etcd-mutex") {
 		done = step("handoff on etcd's concurrency.Mutex (the peer), same etcd")
-		if r.EtcdMutexHandoffMS, err = measureEtcdMutexHandoff(ctx, cl.env.ControlPlane.Etcd.URL.String(), p.handoffRounds); err != nil {
+		// A p50 peer: 50 rounds suffice.
+		if r.EtcdMutexHandoffMS, err = measureEtcdMutexHandoff(ctx, cl.env.ControlPlane.Etcd.URL.String(), min(p.handoffRounds, 50)); err != nil {
 			return err
 		}
 		done()
@@ -166,7 +174,7 @@ func run(quick bool, p params, only steps) error {
 		if r.TakeoverOvershootMS, err = measureTakeover(ctx, c, p.takeoverRuns, p.ttl); err != nil {
 			return err
 		}
-		if r.ClientgoTakeoverOvershootMS, err = measureClientGoTakeover(ctx, cl.admin, p.takeoverRuns, p.ttl); err != nil {
+		if r.ClientgoTakeoverOvershootMS, r.ClientgoTakeoverBeforeTTLShare, err = measureClientGoTakeover(ctx, cl.admin, p.takeoverRuns, p.ttl); err != nil {
 			return err
 		}
 		if r.ElectionTakeoverOvershootMS, err = measureElectionTakeover(ctx, cl.admin, p.takeoverRuns, p.ttl); err != nil {
@@ -184,10 +192,11 @@ func run(quick bool, p params, only steps) error {
 	}
 
 	if only.want("throughput") {
-		done = step("throughput")
+		const conc = 16
+		done = step(fmt.Sprintf("throughput: grant cycles, the chain floor, the Lease floor (%d at once)", conc))
 		before := cl.snapshot()
 		apiserverProfile := cl.apiserverProfile(ctx, os.Getenv("BENCH_APISERVER_PROFILE") == "1", ".bench/apiserver-cpu.pprof")
-		if r.GrantsPerS, err = grantThroughput(ctx, c, p.throughputLocks, 16); err != nil {
+		if r.GrantsPerS, err = grantThroughput(ctx, c, p.throughputCycles, conc); err != nil {
 			return err
 		}
 		if err := apiserverProfile(); err != nil {
@@ -195,7 +204,12 @@ func run(quick bool, p params, only steps) error {
 		}
 		r.ThroughputBreakdown = since(before, cl.snapshot(), cl.lockWorkers)
 		before = cl.snapshot()
-		if r.FloorUpdatesPerS, err = floorThroughput(ctx, c, p.throughputLocks, 16); err != nil {
+		if r.ChainFloorGrantsPerS, err = chainFloor(ctx, cl.admin, p.throughputCycles, conc); err != nil {
+			return err
+		}
+		r.ChainFloorThroughputBreakdown = since(before, cl.snapshot(), cl.lockWorkers)
+		before = cl.snapshot()
+		if r.FloorUpdatesPerS, err = floorThroughput(ctx, c, p.throughputCycles, conc); err != nil {
 			return err
 		}
 		r.FloorThroughputBreakdown = since(before, cl.snapshot(), cl.lockWorkers)
@@ -216,13 +230,17 @@ func run(quick bool, p params, only steps) error {
 	}
 
 	if only.want("cel") {
-		counts := []int{10, 1000, 5000}
+		counts := []int{10, 100, 1000, 5000}
 		if quick {
 			counts = []int{10, 1000}
 		}
 		done = step(fmt.Sprintf("admission cost in CEL mode (a second control plane; then %v locks bound)", counts))
-		if r.GuardedUpdateCELMS, r.UnguardedUpdateCELMS, r.GuardedUpdateCELByBindings, r.UnguardedUpdateCELByBindings, err = celAdmission(ctx, p.guardedN, counts); err != nil {
+		if r.GuardedUpdateCELMS, r.UnguardedUpdateCELMS, r.CELByBindings, err = celAdmission(ctx, p.guardedN, counts); err != nil {
 			return err
+		}
+		for _, pt := range r.CELByBindings {
+			k := fmt.Sprintf("bindings_%d", pt.Bindings)
+			r.GuardedUpdateCELByBindings[k], r.UnguardedUpdateCELByBindings[k] = pt.GuardedMS, pt.UnguardedMS
 		}
 		done()
 	}
@@ -235,6 +253,9 @@ func run(quick bool, p params, only steps) error {
 		done()
 	}
 
+	// floor_ms: every floor round trip so far (the scale curve's handoffs
+	// at tens of thousands of claims left out).
+	r.FloorMS = floorOverall()
 	if only.want("scale") {
 		done = step(fmt.Sprintf("scale: %d claims over %d locks (CPU profile during it)", p.scaleClaims, p.scaleLocks))
 		profDone := make(chan error, 1)

@@ -2,7 +2,7 @@
 // serving each kind of request during a phase (its own
 // apiserver_request_duration_seconds), and the requests a grant and a
 // handoff cannot do without, summed, as a ratio to the floor's own request
-// (PUT leases) served in the floor phase. Diagnostic, no goal: it shows how
+// (PUT leases) served in the floor step. Diagnostic, no goal: it shows how
 // much of a latency goal the requests alone take up before any watch
 // delivers anything (report key request_cost_ms).
 package main
@@ -14,19 +14,20 @@ import (
 )
 
 // The requests without which there is no grant on a new lock (the claim's
-// create, the ledger's storage revision, the Lease's create, the claim's
-// status) and no handoff (the holder's delete, the guarded Lease update, the
-// next claim's status); floorRequest is the floor's one request.
+// create, the free Lease's create, the guarded Lease update that grants,
+// the claim's status), none on a lock whose Lease exists (the same without
+// the create) and no handoff (the holder's delete, the guarded Lease
+// update, the next claim's status); floorRequest is the floor's one
+// request. A phase's PUT leases include its floor samples' (one per
+// sample, the same request on a plain Lease).
 var (
-	grantChain   = []string{"POST fencedleases", "LIST leases", "POST leases", "PATCH fencedleases/status"}
-	handoffChain = []string{"DELETE fencedleases", "PUT leases", "PATCH fencedleases/status"}
+	grantNewChain      = []string{"POST fencedleases", "POST leases", "PUT leases", "PATCH fencedleases/status"}
+	grantExistingChain = []string{"POST fencedleases", "PUT leases", "PATCH fencedleases/status"}
+	handoffChain       = []string{"DELETE fencedleases", "PUT leases", "PATCH fencedleases/status"}
 )
 
 const (
 	floorRequest = "PUT leases"
-	// revisionRead is the grant chain's read of a new ledger's storage
-	// revision (the request DESIGN question 11 is about).
-	revisionRead = "LIST leases"
 	// statusPatch is the status write a holder learns of its grant from
 	// today; a holder that learned it from the Lease would not wait for it
 	// (DESIGN question 12).

@@ -97,18 +97,29 @@ func measureTakeover(ctx context.Context, c client.WithWatch, runs int, ttl time
 
 // clientgoTakeover: the same with two client-go leader-election candidates on
 // a plain Lease with the same TTL; the leader's elector is cancelled (no
-// release).
-func measureClientGoTakeover(ctx context.Context, cfg *rest.Config, runs int, ttl time.Duration) (latency, error) {
+// release). Reported as min/max (a reference, not a goal) and the share of
+// runs taken over before the TTL had run out since the last renewal.
+func measureClientGoTakeover(ctx context.Context, cfg *rest.Config, runs int, ttl time.Duration) (l latency, beforeTTL float64, err error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return latency{}, err
+		return latency{}, 0, err
 	}
 	lock := func(ns, name, id string) (resourcelock.Interface, func(), error) {
 		l, err := resourcelock.New(resourcelock.LeasesResourceLock, ns, name, cs.CoreV1(), cs.CoordinationV1(),
 			resourcelock.ResourceLockConfig{Identity: id})
 		return l, nil, err
 	}
-	return measureElectorTakeover(ctx, cs, "clientgo", lock, electorTimings{renewDeadline: ttl * 2 / 3, retryPeriod: ttl / 10}, runs, ttl)
+	d, err := measureElectorTakeover(ctx, cs, "clientgo", lock, electorTimings{renewDeadline: ttl * 2 / 3, retryPeriod: ttl / 10}, runs, ttl)
+	early := 0
+	for _, x := range d {
+		if x < 0 {
+			early++
+		}
+	}
+	if len(d) > 0 {
+		beforeTTL = round2(float64(early) / float64(len(d)))
+	}
+	return summarize(d), beforeTTL, err
 }
 
 // measureElectionTakeover: the same crash takeover for pkg/election's Lock
@@ -127,7 +138,8 @@ func measureElectionTakeover(ctx context.Context, cfg *rest.Config, runs int, tt
 		l, err := election.New(c, election.Config{Namespace: ns, Name: name, Identity: id, TTL: ttl})
 		return l, func() { hang.Store(true) }, err
 	}
-	return measureElectorTakeover(ctx, cs, "election-takeover", lock, electorTimings{renewDeadline: min(ttl/2, time.Second), retryPeriod: election.RetryPeriod}, runs, ttl)
+	d, err := measureElectorTakeover(ctx, cs, "election-takeover", lock, electorTimings{renewDeadline: min(ttl/2, time.Second), retryPeriod: election.RetryPeriod}, runs, ttl)
+	return summarize(d), err
 }
 
 // candidateLock makes candidate id's lock on ns/name, and how to crash it
@@ -138,14 +150,14 @@ type candidateLock func(ns, name, id string) (resourcelock.Interface, func(), er
 // lock: candidate "a" leads, "b" waits, "a" crashes; the figure is b's
 // OnStartedLeading minus a's last renewal as written (read back from the
 // Lease), minus the TTL.
-func measureElectorTakeover(ctx context.Context, cs kubernetes.Interface, prefix string, newLock candidateLock, t electorTimings, runs int, ttl time.Duration) (latency, error) {
+func measureElectorTakeover(ctx context.Context, cs kubernetes.Interface, prefix string, newLock candidateLock, t electorTimings, runs int, ttl time.Duration) ([]time.Duration, error) {
 	ns, err := benchNamespace(ctx, cs, prefix)
 	if err != nil {
-		return latency{}, err
+		return nil, err
 	}
 	renewals, err := watchRenewals(ctx, cs, ns, "a")
 	if err != nil {
-		return latency{}, err
+		return nil, err
 	}
 	defer renewals.stop()
 	var mu sync.Mutex
@@ -177,9 +189,9 @@ func measureElectorTakeover(ctx context.Context, cs kubernetes.Interface, prefix
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return latency{}, err
+		return nil, err
 	}
-	return summarize(d), nil
+	return d, nil
 }
 
 type electorTimings struct{ renewDeadline, retryPeriod time.Duration }

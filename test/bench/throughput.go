@@ -1,6 +1,10 @@
-// Throughput: claims on `locks` free locks created with `conc` workers until
-// all are seen Held (grants/s), against RV-guarded updates of as many
-// distinct Leases with the same concurrency (the floor's updates/s).
+// Throughput: `conc` workers, each on a lock of its own whose Lease exists
+// (one untimed cycle each first), run grant cycles (create a claim, wait
+// until it is seen Held, delete it) until `cycles` are done: grants/s. It
+// is judged against the chain floor (chainfloor.go: the same cycle's
+// requests, replayed at the same concurrency with no authority), and
+// reported beside RV-guarded updates of as many distinct Leases with the
+// same concurrency (the floor's updates/s).
 package main
 
 import (
@@ -15,29 +19,50 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// grantThroughput: claims on `locks` free locks at once -> all Held.
-func grantThroughput(ctx context.Context, c client.WithWatch, locks, conc int) (float64, error) {
+// grantThroughput: grant cycles on conc existing locks at once.
+func grantThroughput(ctx context.Context, c client.WithWatch, cycles, conc int) (float64, error) {
 	ns, h, err := watchedNS(ctx, c, "grants")
 	if err != nil {
 		return 0, err
 	}
 	defer h.stop()
-	start := time.Now()
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(conc)
-	for i := 0; i < locks; i++ {
-		g.Go(func() error { return c.Create(gctx, claim(ns, "c"+strconv.Itoa(i), "lock-"+strconv.Itoa(i), 3600)) })
+	cycle := func(w, j int) error {
+		name := fmt.Sprintf("w%d-%d", w, j)
+		ch := h.expect(name)
+		if err := c.Create(ctx, claim(ns, name, "lock-"+strconv.Itoa(w), 3600)); err != nil {
+			return err
+		}
+		if _, err := wait(ch, 30*time.Second); err != nil {
+			return err
+		}
+		return c.Delete(ctx, claim(ns, name, "", 0))
 	}
-	if err := g.Wait(); err != nil {
+	if err := workers(conc, func(w int) error { return cycle(w, 0) }); err != nil {
 		return 0, err
 	}
-	for h.countHeld() < locks {
-		if time.Since(start) > 5*time.Minute {
-			return 0, fmt.Errorf("only %d of %d granted after 5m", h.countHeld(), locks)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := waitFree(ctx, c, ns, conc); err != nil {
+		return 0, err
 	}
-	return float64(locks) / time.Since(start).Seconds(), nil
+	per := cycles / conc
+	start := time.Now()
+	err = workers(conc, func(w int) error {
+		for j := 1; j <= per; j++ {
+			if err := cycle(w, j); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return float64(per*conc) / time.Since(start).Seconds(), err
+}
+
+// workers runs f(0) .. f(n-1) at once.
+func workers(n int, f func(w int) error) error {
+	var g errgroup.Group
+	for w := 0; w < n; w++ {
+		g.Go(func() error { return f(w) })
+	}
+	return g.Wait()
 }
 
 // floorThroughput: RV-guarded updates of n distinct Leases with the given concurrency.

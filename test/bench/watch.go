@@ -20,13 +20,14 @@ import (
 )
 
 // heldWatch timestamps, from one watch on a namespace's claims, the first
-// moment each claim is seen Held: what a holder's own watch would see. A
+// moment each claim is seen Held: what a holder's own watch would see (and
+// Pending: queued). A
 // second watch, on the namespace's Leases, timestamps the first moment a
 // Lease names each claim as its holder: what a holder watching the Lease
 // would see (a diagnostic, DESIGN question 12).
 type heldWatch struct {
-	held, named *firstSeen
-	stop        func()
+	held, named, pending *firstSeen
+	stop                 func()
 }
 
 func watchHeld(ctx context.Context, c client.WithWatch, ns string) (*heldWatch, error) {
@@ -39,12 +40,17 @@ func watchHeld(ctx context.Context, c client.WithWatch, ns string) (*heldWatch, 
 		claims.Stop()
 		return nil, err
 	}
-	h := &heldWatch{held: newFirstSeen(), named: newFirstSeen(), stop: func() { claims.Stop(); leases.Stop() }}
+	h := &heldWatch{held: newFirstSeen(), named: newFirstSeen(), pending: newFirstSeen(), stop: func() { claims.Stop(); leases.Stop() }}
 	go func() {
 		for ev := range claims.ResultChan() {
 			now := time.Now()
-			if cl, ok := ev.Object.(*fkv1.FencedLease); ok && cl.Status.Phase == fkv1.PhaseHeld {
-				h.held.mark(cl.Name, now)
+			if cl, ok := ev.Object.(*fkv1.FencedLease); ok {
+				switch cl.Status.Phase {
+				case fkv1.PhaseHeld:
+					h.held.mark(cl.Name, now)
+				case fkv1.PhasePending:
+					h.pending.mark(cl.Name, now)
+				}
 			}
 		}
 	}()
@@ -68,7 +74,9 @@ func (h *heldWatch) expect(name string) chan time.Time { return h.held.expect(na
 // expectNamed is expect for the moment a Lease first names the claim.
 func (h *heldWatch) expectNamed(name string) chan time.Time { return h.named.expect(name) }
 
-func (h *heldWatch) countHeld() int { return h.held.count() }
+// expectPending is expect for the moment the claim is first seen Pending
+// (queued).
+func (h *heldWatch) expectPending(name string) chan time.Time { return h.pending.expect(name) }
 
 // firstSeen keeps the first moment each name was seen, and hands it to
 // whoever expects that name.
@@ -104,12 +112,6 @@ func (f *firstSeen) expect(name string) chan time.Time {
 		f.waiters[name] = ch
 	}
 	return ch
-}
-
-func (f *firstSeen) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.seen)
 }
 
 func wait(ch chan time.Time, d time.Duration) (time.Time, error) {
