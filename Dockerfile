@@ -2,6 +2,8 @@
 # machines); `make docker-build` runs it where one exists. The Go build flags
 # come from the Makefile (GO_BUILD_FLAGS), the same ones `make build` uses,
 # so the binary inside is built exactly like the one the tests run.
+# `make image` builds an equivalent image with no container engine
+# (hack/image, go-containerregistry; docs/install.md#the-image).
 FROM golang:1.26 AS build
 ARG GO_BUILD_FLAGS="-trimpath -ldflags=-s -ldflags=-w"
 WORKDIR /src

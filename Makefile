@@ -6,10 +6,22 @@ SHELL := /usr/bin/env bash
 ROOT := $(abspath .)
 BIN := $(ROOT)/bin
 GO ?= go
-# One set of build flags for `make build` and the image (Dockerfile).
+# One set of build flags for `make build` and the image (make image, Dockerfile).
 GO_BUILD_FLAGS ?= -trimpath -ldflags=-s -ldflags=-w
-IMG ?= ghcr.io/fencekeeper/fencekeeper:dev
+IMG_DEFAULT := ghcr.io/fencekeeper/fencekeeper:dev
+IMG ?= $(IMG_DEFAULT)
 CONTAINER_TOOL ?= docker
+# make image: the manager image built by hack/image (its own Go module) with
+# no container engine. IMAGE_ARCH: its linux architecture (default: this
+# machine's). The commit and its time go into the labels and timestamps, so
+# the same commit gives the same digest.
+IMAGE_MODULE := hack/image
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+IMAGE_BINARY = $(BIN)/linux-$(IMAGE_ARCH)/manager
+IMAGE_TAR := $(BIN)/image.tar
+IMAGE_OCI := $(BIN)/image-oci
+IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 TEST_TIMEOUT ?= 30m
 # make test runs the chaos suite for this long; make chaos sets its own.
 CHAOS_BUDGET ?=
@@ -77,13 +89,29 @@ build: ## Build bin/manager and bin/kubectl-fence.
 	CGO_ENABLED=0 $(GO) build $(GO_BUILD_FLAGS) -o $(BIN)/manager ./cmd/manager
 	CGO_ENABLED=0 $(GO) build $(GO_BUILD_FLAGS) -o $(BIN)/kubectl-fence ./cmd/kubectl-fence
 
+.PHONY: image
+image: ## Build the manager image IMG with no container engine (like ko): bin/image.tar (docker load, kind load image-archive) and bin/image-oci/.
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build $(GO_BUILD_FLAGS) -o $(IMAGE_BINARY) ./cmd/manager
+	$(GO) -C $(IMAGE_MODULE) run . build --binary $(IMAGE_BINARY) --arch $(IMAGE_ARCH) --ref '$(IMG)' \
+		--revision '$(IMAGE_REVISION)' --created '$(SOURCE_DATE_EPOCH)' --tarball $(IMAGE_TAR) --oci-layout $(IMAGE_OCI)
+
+.PHONY: image-push
+image-push: ## Build the image and push it to IMG=REGISTRY/REPOSITORY:TAG (required) with your docker login credentials.
+	@if [ "$(origin IMG)" = file ] || [ -z "$(IMG)" ]; then \
+		echo "make image-push needs IMG=REGISTRY/REPOSITORY:TAG, a repository you may push to" \
+			"(the default, $(IMG_DEFAULT), names the image make image builds for local use; see docs/install.md#the-image)" >&2; \
+		exit 2; fi
+	@$(MAKE) --no-print-directory image IMG='$(IMG)'
+	$(GO) -C $(IMAGE_MODULE) run . push --oci-layout $(IMAGE_OCI) --ref '$(IMG)'
+
 .PHONY: docker-build
 docker-build: ## Build the manager image IMG with CONTAINER_TOOL (default docker; needs a container engine, none runs on the CI machines).
 	$(CONTAINER_TOOL) build --build-arg GO_BUILD_FLAGS="$(GO_BUILD_FLAGS)" -t $(IMG) .
 
 .PHONY: vet
-vet: ## Run go vet on every package.
+vet: ## Run go vet on every package (and hack/image's module).
 	$(GO) vet ./...
+	$(GO) -C $(IMAGE_MODULE) vet ./...
 
 .PHONY: fmt-check
 fmt-check: ## Fail when a Go file is not gofmt-formatted.
@@ -93,16 +121,19 @@ fmt-check: ## Fail when a Go file is not gofmt-formatted.
 lint: ## Run golangci-lint with .golangci.yml.
 	@hack/build-tool.sh golangci-lint
 	$(BIN)/golangci-lint run ./...
+	cd $(IMAGE_MODULE) && $(BIN)/golangci-lint run ./...
 
 ##@ Test
 
 .PHONY: test
 test: tools verify-gen fmt-check vet ## Every test, against a real kube-apiserver and etcd built into bin/ (what CI runs).
 	$(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./...
+	$(GO) -C $(IMAGE_MODULE) test -timeout $(TEST_TIMEOUT) -count=1 ./...
 
 .PHONY: test-unit
-test-unit: ## Pure tests only (every package outside test/ and hack/demo*): no control plane, no bin/ binaries, seconds once compiled.
+test-unit: ## Pure tests only (every package outside test/ and hack/demo*, and hack/image): no control plane, no bin/ binaries, seconds once compiled.
 	$(GO) test -timeout $(TEST_TIMEOUT) -count=1 $$($(GO) list ./... | grep -v -e /test/ -e /hack/demo)
+	$(GO) -C $(IMAGE_MODULE) test -timeout $(TEST_TIMEOUT) -count=1 ./...
 
 ##@ Local control plane, demo and benchmark
 
@@ -170,7 +201,9 @@ help: ## Show the targets by section, then the variables you can set.
 	@echo "  MANAGER_BIN              dev-up: the manager binary to run (default bin/manager)"
 	@echo "  CHAOS_RUNS, CHAOS_BUDGET chaos: how many runs, or for how long (make test: 60s); CHAOS_SEED=n replays one run"
 	@echo "  CHAOS_PARALLEL           chaos: runs at once (default 2); CHAOS_PARTITIONS=1 adds partitions of the manager process; CHAOS_FENCING_MODE=cel runs it in CEL enforcement mode; CHAOS_LEADER_ELECTION=1 runs both managers under leader election"
-	@echo "  IMG                      docker-build: image name (now: $(IMG))"
+	@echo "  IMG                      image, image-push, docker-build: image name REGISTRY/REPOSITORY:TAG (now: $(IMG); image-push needs one set)"
+	@echo "  IMAGE_ARCH               image, image-push: the image's linux architecture, a GOARCH (now: $(IMAGE_ARCH))"
+	@echo "  SOURCE_DATE_EPOCH        image: creation time of the image and its files (default: the commit's time, for a reproducible digest)"
 	@echo "  CONTAINER_TOOL           docker-build: container engine (now: $(CONTAINER_TOOL))"
 	@echo "  KUBEBUILDER_ASSETS       where envtest finds etcd, kube-apiserver, kubectl; make sets it to bin/ (set it yourself for a bare go test)"
 	@echo "  GO                       the go command (now: $(GO))"

@@ -18,6 +18,7 @@ cp "${ROOT}/config/policy/claim-break.yaml" "${F}/policy/claim-break.yaml"
 # The PrometheusRule's spec (templates/prometheusrule.yaml with the default
 # thresholds) for a Prometheus without the Operator: the text of its groups,
 # moved out of spec:. It selects the manager's series with job="fencekeeper";
+# the chart needs an image to render at all, and any name does for the rules;
 # test/docs checks that it equals the chart's rules.
 "${ROOT}/hack/build-tool.sh" helm
 R="${ROOT}/config/prometheus/fencekeeper-rules.yaml"
@@ -36,6 +37,7 @@ EOF
 	"${ROOT}/bin/helm" template fencekeeper "${ROOT}/charts/fencekeeper" -n fencekeeper-system \
 		--api-versions monitoring.coreos.com/v1/PrometheusRule \
 		--set prometheusRule.enabled=true --set-string 'prometheusRule.selector=job="fencekeeper"' \
+		--set image.repository=registry.example/fencekeeper/fencekeeper \
 		--show-only templates/prometheusrule.yaml |
 		awk '/^[^ ]/ { spec = ($0 == "spec:"); next } spec { sub(/^  /, ""); print }'
 } >"${R}.tmp"

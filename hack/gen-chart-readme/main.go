@@ -60,7 +60,11 @@ func main() {
 	var b strings.Builder
 	b.WriteString("# fencekeeper Helm chart\n\n<!-- Generated from values.yaml by hack/gen-chart-readme (make manifests); do not edit. -->\n\n")
 	b.WriteString("Distributed locks for Kubernetes workloads, with fencing tokens enforced at the protected object.\n\n")
-	b.WriteString("```sh\nhelm install fencekeeper charts/fencekeeper -n fencekeeper-system --create-namespace\n```\n\n")
+	b.WriteString("No image is published: build and push one first (`make image-push IMG=REGISTRY/REPOSITORY:TAG`, or `make image` and\n" +
+		"`kind load image-archive bin/image.tar` for kind; [docs/install.md](../../docs/install.md#the-image)). Without\n" +
+		"`image.repository` the install fails and says so.\n\n")
+	b.WriteString("```sh\nhelm install fencekeeper charts/fencekeeper -n fencekeeper-system --create-namespace \\\n" +
+		"  --set image.repository=REGISTRY/REPOSITORY --set image.tag=TAG\n```\n\n")
 	b.WriteString("Values are checked by `values.schema.json`: wrong types and unknown keys are rejected.\n\n")
 	b.WriteString("| key | default | description |\n|---|---|---|\n")
 	for _, r := range rows {

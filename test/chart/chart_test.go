@@ -2,6 +2,8 @@ package chart
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -113,7 +115,42 @@ var _ = Describe("Helm chart", Ordered, func() {
 			"prometheusRule.enabled=true needs the monitoring.coreos.com/v1/PrometheusRule kind, which this cluster does not serve: install the Prometheus Operator"),
 		Entry("alert threshold out of range", "prometheusRule.webhook.errorRatio=2", "errorRatio"),
 		Entry("unknown fencing mode", "fencing.mode=both", "value must be one of 'webhook', 'cel'"),
+		Entry("a tag in image.repository", "image.repository=registry.example/fencekeeper:v1",
+			`image.repository "registry.example/fencekeeper:v1" names a tag or digest: set the repository alone and the tag in image.tag`),
+		Entry("a digest in image.repository", "image.repository=registry.example/fencekeeper@sha256:0123", "names a tag or digest"),
 	)
+
+	It("without an image refuses to render or install, saying how to build and set one", func() {
+		const want = "image.repository is required: no fencekeeper image is published. Build one with `make image`, " +
+			"push it with `make image-push IMG=REGISTRY/REPOSITORY:TAG` (or, for kind, `kind load image-archive bin/image.tar`), " +
+			"then pass --set image.repository=REGISTRY/REPOSITORY --set image.tag=TAG. See docs/install.md#the-image."
+		_, errOut, err := helmNoImage("template", "fk", chartDir)
+		Expect(err).To(HaveOccurred())
+		Expect(errOut).To(ContainSubstring(want))
+		out, errOut, err := helmNoImage("install", "fk", chartDir, "-n", "fencekeeper-system", "--create-namespace")
+		Expect(err).To(HaveOccurred(), out)
+		Expect(errOut).To(ContainSubstring(want))
+		By("nothing was installed: no release, no Deployment to sit in ImagePullBackOff")
+		_, _, err = helmNoImage("status", "fk", "-n", "fencekeeper-system")
+		Expect(err).To(HaveOccurred())
+		err = admin.Get(ctx, client.ObjectKey{Namespace: "fencekeeper-system", Name: "fk-fencekeeper"}, &appsv1.Deployment{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
+
+		By("with one, the manager runs REPOSITORY:TAG, the tag defaulting to the chart's appVersion")
+		var chart struct {
+			AppVersion string `json:"appVersion"`
+		}
+		raw, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(yaml.Unmarshal(raw, &chart)).To(Succeed())
+		out, errOut, err = helm("template", "fk", chartDir, "--show-only", "templates/deployment.yaml")
+		Expect(err).NotTo(HaveOccurred(), errOut)
+		Expect(out).To(ContainSubstring(fmt.Sprintf("image: %q\n", testImage+":"+chart.AppVersion)))
+		out, errOut, err = helm("template", "fk", chartDir, "--show-only", "templates/deployment.yaml",
+			"--set", "image.repository=localhost:5000/team/fencekeeper", "--set", "image.tag=v1.2.3")
+		Expect(err).NotTo(HaveOccurred(), errOut)
+		Expect(out).To(ContainSubstring(`image: "localhost:5000/team/fencekeeper:v1.2.3"` + "\n"))
+	})
 
 	It("in CEL mode renders only the scale webhook and tells the manager the mode, the guarded kinds and the skipped namespaces", func() {
 		out, errOut, err := helm("template", "fk", chartDir, "--namespace", "fencekeeper-system", "--set", "fencing.mode=cel",

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -76,4 +77,18 @@ func run(stdin []byte, name string, args ...string) (string, string, error) {
 	return out.String(), errb.String(), err
 }
 
-func helm(args ...string) (string, string, error) { return run(nil, helmBin, args...) }
+// testImage is the image repository the specs render and install the chart
+// with: it requires one, and no pod runs on this control plane to pull it.
+const testImage = "registry.example/fencekeeper/fencekeeper"
+
+// helm runs bin/helm; template, install, upgrade and lint get --set
+// image.repository=testImage first, so a spec's own --set still wins.
+func helm(args ...string) (string, string, error) {
+	if len(args) > 0 && slices.Contains([]string{"template", "install", "upgrade", "lint"}, args[0]) {
+		args = append([]string{args[0], "--set", "image.repository=" + testImage}, args[1:]...)
+	}
+	return run(nil, helmBin, args...)
+}
+
+// helmNoImage runs bin/helm with exactly these arguments.
+func helmNoImage(args ...string) (string, string, error) { return run(nil, helmBin, args...) }
