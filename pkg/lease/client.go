@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -141,21 +141,26 @@ func (c *Client) Acquire(ctx context.Context, lock, holder string, opts Options)
 	}
 	l.ClaimName, l.UID = claim.Name, claim.UID
 
-	held, err := c.waitHeld(ctx, claim)
+	g, err := c.waitGrant(ctx, l, claim)
 	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, ErrQueueFull) {
-			// Gave up waiting, or turned away: the claim would only stay
-			// behind (a turned-away claim is terminal).
+		if ctx.Err() != nil || errors.Is(err, ErrQueueFull) || errors.Is(err, errBadGrant) {
+			// Gave up waiting, turned away, or granted as nothing can
+			// trust: the claim would only stay behind (a turned-away claim
+			// is terminal) or block the lock for a TTL.
 			c.leaveQueue(claim, opts.RequestTimeout)
 		}
 		l.transition(Idle, err.Error())
 		return nil, err
 	}
-	l.Epoch = held.Status.Epoch
-	l.TTL = held.LeaseDuration()
+	l.Epoch = g.epoch
+	l.TTL = claim.LeaseDuration()
+	// The first renewal starts from the Lease version that showed the
+	// grant, when one did (no read needed).
+	l.lease = g.lease
+	grants.WithLabelValues(g.source).Inc()
 	// Anchor the safe time on a renewal we send now: the grant itself may
 	// have happened long before we saw it.
-	if err := l.start(ctx); err != nil {
+	if err := l.start(ctx, g.source); err != nil {
 		// Granted but never renewed: give the claim up rather than leave it
 		// to block the lock for a TTL and then stay Expired forever.
 		c.leaveQueue(claim, opts.RequestTimeout)
@@ -204,67 +209,151 @@ func (c *Client) createClaim(ctx context.Context, l *Lease) (*fkv1.FencedLease, 
 	}
 }
 
-// waitHeld watches only this claim (a field selector on its name) until it
-// is Held, Expired, deleted, or ctx ends.
-func (c *Client) waitHeld(ctx context.Context, claim *fkv1.FencedLease) (*fkv1.FencedLease, error) {
+// Where a grant was seen first (the grants metric's source label).
+const (
+	sourceLease = "lease"
+	sourceClaim = "claim"
+)
+
+// errBadGrant: the claim shows a grant nothing can use; the holder gives
+// the claim up.
+var errBadGrant = fmt.Errorf("no usable grant: %w", ErrLost)
+
+// grant is a claim's grant as the holder learned it: the pair (claim UID,
+// epoch), and where it was seen first.
+type grant struct {
+	epoch  int64
+	source string
+	// lease is the Lease version that showed the grant (nil when it was
+	// seen on the claim first): the first renewal starts from it.
+	lease *coordinationv1.Lease
+}
+
+// waitGrant waits until the claim is granted, Expired, deleted, or ctx
+// ends. The grant is whichever comes first of the two records of it: the
+// lock's Lease naming the claim's UID with an epoch (the authority's
+// ledger, and what admission checks; the authority writes it before the
+// claim's status) or the claim's status turning Held. Both must agree: a
+// grant seen on the claim is checked against the Lease by the first
+// renewal, and one seen on the Lease against the claim's status by the
+// holder's claim watch; where they differ the lease is LOST.
+//
+// It watches its claim (a field selector on its name, never all claims)
+// throughout, and the lock's Lease (by name) only while the claim may be
+// next: from the start (a claim on a free or new lock is granted at once;
+// the Lease may not exist yet), until the claim's status shows it waiting
+// behind others (Queued, or a lock nobody can be granted now), and again
+// once the authority marks it the head waiter (Next). So however many
+// wait, a lock's Lease has O(1) watchers: its holder and its head waiter.
+// Without the mark (an authority that does not set it) waiters behind the
+// first learn of their grant from their claim's status.
+func (c *Client) waitGrant(ctx context.Context, l *Lease, claim *fkv1.FencedLease) (grant, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	key := client.ObjectKeyFromObject(claim)
+	claims := follow(ctx, c.c, key, claimKind, true, claim.ResourceVersion)
+
+	var (
+		leases     <-chan seen[*coordinationv1.Lease]
+		stopLeases = func() {}
+		leaseOff   bool // the Lease cannot be watched (Forbidden, say)
+	)
+	defer func() { stopLeases() }()
+	watchLease := func(on bool) {
+		switch {
+		case on && leases == nil && !leaseOff:
+			lctx, cancel := context.WithCancel(ctx)
+			leases, stopLeases = follow(lctx, c.c, client.ObjectKey{Namespace: c.namespace, Name: l.Lock}, leaseKind, false, ""), cancel
+		case !on && leases != nil:
+			stopLeases()
+			leases, stopLeases = nil, func() {}
+		}
+	}
+	// onClaim takes in a version of the claim: done when it shows the
+	// grant or the end of the wait.
+	onClaim := func(cur *fkv1.FencedLease) (grant, bool, error) {
+		if cur.Status.Phase == fkv1.PhaseHeld {
+			g := grant{epoch: cur.Status.Epoch, source: sourceClaim}
+			if g.epoch <= 0 {
+				return grant{}, true, fmt.Errorf("claim %s shows Held with no epoch: %w", key, errBadGrant)
+			}
+			return g, true, nil
+		}
+		if done, err := phaseDone(cur); done {
+			return grant{}, true, err
+		}
+		watchLease(mayBeNext(cur))
+		return grant{}, false, nil
+	}
+	// The claim as created (or found) is its first version: the claim's
+	// watch starts after it.
+	if g, done, err := onClaim(claim); done {
+		return g, err
+	}
 	for {
-		var cur fkv1.FencedLease
-		if err := c.c.Get(ctx, key, &cur); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("claim %s was deleted while waiting: %w", key, ErrLost)
+		select {
+		case <-ctx.Done():
+			return grant{}, ctx.Err()
+
+		case s, open := <-claims:
+			switch {
+			case !open:
+				return grant{}, errors.Join(ctx.Err(), fmt.Errorf("waiting for claim %s: the watch ended", key))
+			case s.err != nil:
+				return grant{}, fmt.Errorf("waiting for claim %s: %w", key, s.err)
+			case s.gone && (s.obj == nil || s.obj.UID == claim.UID):
+				return grant{}, fmt.Errorf("claim %s was deleted while waiting: %w", key, ErrLost)
+			case s.obj.UID != claim.UID:
+				return grant{}, fmt.Errorf("claim %s was replaced while waiting: %w", key, ErrLost)
 			}
-			if !retriable(err) || ctx.Err() != nil {
-				return nil, fmt.Errorf("waiting for claim %s: %w", key, err)
+			if g, done, err := onClaim(s.obj); done {
+				return g, err
 			}
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		if cur.UID != claim.UID {
-			return nil, fmt.Errorf("claim %s was replaced while waiting: %w", key, ErrLost)
-		}
-		if done, err := phaseDone(&cur); done {
-			return &cur, err
-		}
-		w, err := c.c.Watch(ctx, &fkv1.FencedLeaseList{}, client.InNamespace(key.Namespace),
-			client.MatchingFields{"metadata.name": key.Name}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: cur.ResourceVersion}})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+
+		case s, open := <-leases:
+			switch {
+			case !open:
+				leases, leaseOff = nil, true
+				continue
+			case s.err != nil:
+				c.log.Info("cannot watch the lock's Lease: learning of the grant from the claim's status only", "lock", l.Lock, "claim", key.Name, "error", s.err.Error())
+				continue // the follow ends: the channel closes next
+			case s.gone:
+				continue
 			}
-			continue
-		}
-		if got, ok, err := c.drainUntilDone(ctx, w, claim.UID); ok {
-			return got, err
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			if g, ok := leaseGrant(s.obj, l.Lock, claim.UID); ok {
+				return g, nil
+			}
 		}
 	}
 }
 
-func (c *Client) drainUntilDone(ctx context.Context, w watch.Interface, uid types.UID) (*fkv1.FencedLease, bool, error) {
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, true, ctx.Err()
-		case ev, open := <-w.ResultChan():
-			if !open {
-				return nil, false, nil
-			}
-			cur, ok := ev.Object.(*fkv1.FencedLease)
-			if !ok {
-				return nil, false, nil // an error event: start over with a Get
-			}
-			if ev.Type == watch.Deleted && cur.UID == uid {
-				return nil, true, fmt.Errorf("claim %s was deleted while waiting: %w", cur.Name, ErrLost)
-			}
-			if done, err := phaseDone(cur); done {
-				return cur, true, err
-			}
-		}
+// leaseGrant reports whether lease (the lock's Lease) grants the claim
+// uid: fencekeeper manages it and it names the claim with an epoch. A
+// Lease naming the claim with no epoch (yet) is no grant: the authority
+// shows such a claim Held only once it has rewritten the Lease with one.
+func leaseGrant(lease *coordinationv1.Lease, lock string, uid types.UID) (grant, bool) {
+	if !fkv1.IsManagedLease(lease) {
+		return grant{}, false
 	}
+	led := fkv1.ReadLedger(lease, lock)
+	if led.HolderUID != uid || !led.EpochValid || led.Epoch <= 0 {
+		return grant{}, false
+	}
+	return grant{epoch: led.Epoch, source: sourceLease, lease: lease}, true
+}
+
+// mayBeNext reports whether a waiting claim may be the next granted, so
+// that its holder watches the lock's Lease: before the authority has said
+// where it waits, and when it marks it the head waiter (Next). A claim
+// shown waiting for another reason (Queued behind others, a lock blocked or
+// never grantable) watches only itself until that changes.
+func mayBeNext(c *fkv1.FencedLease) bool {
+	if c.Status.Phase == "" {
+		return true
+	}
+	h := meta.FindStatusCondition(c.Status.Conditions, fkv1.ConditionHeld)
+	return h == nil || h.Reason == fkv1.ReasonNext || h.Reason == ""
 }
 
 func phaseDone(c *fkv1.FencedLease) (bool, error) {

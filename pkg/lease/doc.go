@@ -10,6 +10,16 @@
 //
 // Acquire is idempotent by request ID: the claim's name is derived from it, so
 // a retry after a lost reply finds the same claim instead of queueing twice.
+// It learns of its grant from the lock's Lease: the authority grants by one
+// guarded update of it naming the claim's UID with the new epoch, before it
+// writes the claim's status, and that record is what admission checks. The
+// grant is whichever is seen first, that Lease or the claim's status
+// turning Held; the two must show the same epoch. Every waiter watches its
+// own claim (a field selector on its name); only the head waiter (and a new
+// claim, until its status shows it Queued behind others) also watches the
+// Lease by name, so a lock's Lease has O(1) watchers however many wait.
+// A holder watches both, and is LOST the moment either stops showing its
+// grant (the pair of claim UID and epoch), not only at its next renewal.
 // Renewals update only the exact lease identity (the claim UID on the backing
 // Lease), resourceVersion-guarded. The safe time left is measured from when a
 // renewal that was acknowledged was *sent*; below a margin the lease is

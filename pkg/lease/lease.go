@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -124,18 +123,20 @@ func (l *Lease) transition(to State, reason string) {
 	}
 }
 
-// start renews once (anchoring the safe time), then renews and watches the
-// claim in the background.
-func (l *Lease) start(ctx context.Context) error {
+// start renews once (anchoring the safe time, and checking a grant seen on
+// the claim against the Lease), then renews and watches the claim and the
+// Lease in the background. source is where the grant was seen first.
+func (l *Lease) start(ctx context.Context, source string) error {
 	if err := l.renew(ctx); err != nil {
 		l.transition(Lost, "first renewal failed: "+err.Error())
 		return fmt.Errorf("lock %s/%s: epoch %d was granted but could not be renewed: %w", l.Namespace, l.Lock, l.Epoch, errors.Join(ErrLost, err))
 	}
 	l.grantedAt = time.Now()
-	l.transition(Held, fmt.Sprintf("granted epoch %d", l.Epoch))
-	l.wg.Add(3)
+	l.transition(Held, fmt.Sprintf("granted epoch %d (seen first on the %s)", l.Epoch, source))
+	l.wg.Add(4)
 	go l.renewLoop()
 	go l.watchClaim()
+	go l.watchLease()
 	go l.lossTimer()
 	return nil
 }
@@ -246,13 +247,8 @@ func (l *Lease) renew(ctx context.Context) error {
 			}
 			cur = &fresh
 		}
-		led := fkv1.ReadLedger(cur, l.Lock)
-		if led.HolderUID != l.UID {
-			return fmt.Errorf("the Lease of lock %s/%s names claim %q, not ours (%s): %w", l.Namespace, l.Lock, led.HolderUID, l.UID, ErrLost)
-		}
-		if !led.EpochValid || led.Epoch != l.Epoch {
-			return fmt.Errorf("the Lease of lock %s/%s names our claim with epoch %q, not the epoch %d we were granted: %w",
-				l.Namespace, l.Lock, cur.Annotations[fkv1.AnnotationEpoch], l.Epoch, ErrLost)
+		if err := l.showsGrant(cur); err != nil {
+			return err
 		}
 		upd := cur.DeepCopy()
 		now := time.Now().Truncate(time.Microsecond)
@@ -281,68 +277,111 @@ func (l *Lease) renew(ctx context.Context) error {
 	return fmt.Errorf("renewing lock %s/%s: the Lease kept changing", l.Namespace, l.Lock)
 }
 
-// watchClaim watches only our claim and reports LOST when it turns Expired or
-// is deleted by someone else.
-func (l *Lease) watchClaim() {
-	defer l.wg.Done()
-	for l.ctx.Err() == nil {
-		select {
-		case <-l.stop:
-			return
-		default:
-		}
-		// Read first, then watch from that version: nothing between is missed.
-		var cur fkv1.FencedLease
-		err := l.cl.c.Get(l.ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.ClaimName}, &cur)
-		switch {
-		case apierrors.IsNotFound(err) || (err == nil && cur.UID != l.UID):
-			if l.State() != Releasing {
-				l.transition(Lost, "the claim was deleted by someone else")
-			}
-			return
-		case err == nil && cur.Status.Phase == fkv1.PhaseExpired:
-			l.transition(Lost, "the authority marked the claim Expired")
-			return
-		}
-		var w watch.Interface
-		if err == nil {
-			w, err = l.cl.c.Watch(l.ctx, &fkv1.FencedLeaseList{}, client.InNamespace(l.Namespace),
-				client.MatchingFields{"metadata.name": l.ClaimName}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: cur.ResourceVersion}})
-		}
-		if err != nil {
-			select {
-			case <-l.ctx.Done():
-				return
-			case <-time.After(time.Second):
-				continue
-			}
-		}
-		l.consumeClaimEvents(w)
+// showsGrant returns an error wrapping ErrLost unless the Lease shows this
+// holder's grant: our claim's UID with the epoch we were granted.
+func (l *Lease) showsGrant(cur *coordinationv1.Lease) error {
+	led := fkv1.ReadLedger(cur, l.Lock)
+	if led.HolderUID != l.UID {
+		return fmt.Errorf("the Lease of lock %s/%s names claim %q, not ours (%s): %w", l.Namespace, l.Lock, led.HolderUID, l.UID, ErrLost)
 	}
+	if !led.EpochValid || led.Epoch != l.Epoch {
+		return fmt.Errorf("the Lease of lock %s/%s names our claim with epoch %q, not the epoch %d we were granted: %w",
+			l.Namespace, l.Lock, cur.Annotations[fkv1.AnnotationEpoch], l.Epoch, ErrLost)
+	}
+	return nil
 }
 
-func (l *Lease) consumeClaimEvents(w watch.Interface) {
-	defer w.Stop()
+// watchLease watches the lock's Lease (by name) while the lease is held
+// and reports LOST the moment it no longer shows this holder's grant: it
+// names another claim, or ours with another epoch, or it is deleted. The
+// renewals check the same at every renewal; this hears it at once. It
+// starts from the version the first renewal wrote.
+func (l *Lease) watchLease() {
+	defer l.wg.Done()
+	ctx, cancel := context.WithCancel(l.ctx)
+	defer cancel()
+	l.mu.Lock()
+	rv := ""
+	if l.lease != nil {
+		rv = l.lease.ResourceVersion
+	}
+	l.mu.Unlock()
+	leases := follow(ctx, l.cl.c, client.ObjectKey{Namespace: l.Namespace, Name: l.Lock}, leaseKind, true, rv)
 	for {
 		select {
-		case <-l.ctx.Done():
-			return
 		case <-l.stop:
 			return
-		case ev, open := <-w.ResultChan():
+		case <-ctx.Done():
+			return
+		case s, open := <-leases:
 			if !open {
 				return
 			}
-			c, ok := ev.Object.(*fkv1.FencedLease)
-			if !ok || c.UID != l.UID {
-				continue
+			select {
+			case <-l.stop:
+				return // released: the Lease is about to name nobody
+			default:
 			}
+			var err error
 			switch {
-			case ev.Type == watch.Deleted && l.State() != Releasing:
-				l.transition(Lost, "the claim was deleted by someone else")
+			case s.err != nil:
+				l.cl.log.Info("cannot watch the lock's Lease: learning of a loss from the renewals and the claim only",
+					"lock", l.Lock, "claim", l.ClaimName, "error", s.err.Error())
 				return
-			case c.Status.Phase == fkv1.PhaseExpired:
-				l.transition(Lost, "the authority marked the claim Expired")
+			case s.gone:
+				err = fmt.Errorf("the Lease of lock %s/%s is gone: %w", l.Namespace, l.Lock, ErrLost)
+			default:
+				err = l.showsGrant(s.obj)
+			}
+			if err != nil && l.State() != Releasing {
+				l.transition(Lost, err.Error())
+				return
+			}
+		}
+	}
+}
+
+// watchClaim watches only our claim and reports LOST when it turns Expired,
+// is deleted by someone else, or shows Held with an epoch other than the
+// one we hold (the grant's two records disagree: trust neither).
+func (l *Lease) watchClaim() {
+	defer l.wg.Done()
+	ctx, cancel := context.WithCancel(l.ctx)
+	defer cancel()
+	// Read first, then watch from that version: nothing between is missed.
+	claims := follow(ctx, l.cl.c, client.ObjectKey{Namespace: l.Namespace, Name: l.ClaimName}, claimKind, true, "")
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-ctx.Done():
+			return
+		case s, open := <-claims:
+			if !open {
+				return
+			}
+			select {
+			case <-l.stop:
+				return // released: the claim is about to be deleted
+			default:
+			}
+			reason := ""
+			switch {
+			case s.err != nil:
+				l.cl.log.Info("cannot watch the claim: learning of a loss from the renewals and the Lease only",
+					"lock", l.Lock, "claim", l.ClaimName, "error", s.err.Error())
+				return
+			case s.gone && (s.obj == nil || s.obj.UID == l.UID), !s.gone && s.obj.UID != l.UID:
+				reason = "the claim was deleted by someone else"
+			case s.gone:
+				continue // an older claim of that name
+			case s.obj.Status.Phase == fkv1.PhaseExpired:
+				reason = "the authority marked the claim Expired"
+			case s.obj.Status.Phase == fkv1.PhaseHeld && s.obj.Status.Epoch != l.Epoch:
+				reason = fmt.Sprintf("the claim's status shows it Held with epoch %d, the Lease showed it epoch %d: the grant's records disagree", s.obj.Status.Epoch, l.Epoch)
+			}
+			if reason != "" && l.State() != Releasing {
+				l.transition(Lost, reason)
 				return
 			}
 		}

@@ -27,6 +27,11 @@ var (
 			"low values are renewals that barely made it. The first renewal of a lease, which anchors the safe time, is not observed.",
 		Buckets: []float64{0, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 30, 60, 300},
 	})
+	grants = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencekeeper_client_grants_total",
+		Help: "Grants this process learned of, by where it saw the grant first: source=\"lease\" (the lock's Lease naming the claim " +
+			"with an epoch, written first) or source=\"claim\" (the claim's status turning Held).",
+	}, []string{"source"})
 	workCancelled = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencekeeper_client_work_cancelled_total",
 		Help: "Times the library cancelled a holder's work context (Lease.Context) because the lease was lost while held.",
@@ -36,7 +41,7 @@ var (
 // MustRegisterMetrics registers the library's metrics with reg (for example
 // prometheus.DefaultRegisterer or controller-runtime's metrics.Registry).
 func MustRegisterMetrics(reg prometheus.Registerer) {
-	reg.MustRegister(transitions, renewals, staleWrites, renewalDuration, remainingAtAck, workCancelled)
+	reg.MustRegister(transitions, renewals, staleWrites, renewalDuration, remainingAtAck, grants, workCancelled)
 }
 
 // observeRenewalAck records a renewal sent at sent and acknowledged at

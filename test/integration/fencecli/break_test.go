@@ -61,7 +61,7 @@ var _ = Describe("kubectl fence break", func() {
 		Expect(err).NotTo(HaveOccurred())
 		holderRules := []rbacv1.PolicyRule{
 			{APIGroups: []string{fkv1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"create", "get", "list", "watch", "delete", "patch", "update"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "update"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "watch", "update"}},
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update", "patch"}},
 		}
 		holderKC, holderClient := userKubeconfig(ns, "holder-w1", holderRules)

@@ -1,0 +1,475 @@
+package lease_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/pkg/lease"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+)
+
+// statusWrites sits between the manager and the apiserver and holds back
+// its writes of claim statuses in one namespace that show a claim Held:
+// refused while refuse is set, delayed by delay otherwise.
+type statusWrites struct {
+	next    http.RoundTripper
+	ns      string
+	refuse  atomic.Bool
+	delay   time.Duration
+	touched atomic.Int32 // writes it refused or delayed
+}
+
+func (s *statusWrites) RoundTrip(req *http.Request) (*http.Response, error) {
+	if (req.Method != http.MethodPatch && req.Method != http.MethodPut) || req.Body == nil ||
+		!strings.Contains(req.URL.Path, "/namespaces/"+s.ns+"/fencedleases/") || !strings.HasSuffix(req.URL.Path, "/status") {
+		return s.next.RoundTrip(req)
+	}
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	if !bytes.Contains(body, []byte(`"phase":"Held"`)) {
+		return s.next.RoundTrip(req)
+	}
+	s.touched.Add(1)
+	if s.refuse.Load() {
+		return nil, errors.New("injected: the manager's write of a Held status was refused")
+	}
+	select {
+	case <-time.After(s.delay):
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+	return s.next.RoundTrip(req)
+}
+
+// withManagerTransport replaces the suite's manager, for the rest of the
+// spec, with one whose requests pass through wrap.
+func withManagerTransport(wrap func(http.RoundTripper) http.RoundTripper) {
+	ExpectWithOffset(1, mgr.Stop()).To(Succeed())
+	DeferCleanup(func() {
+		var err error
+		mgr, err = env.StartManager()
+		Expect(err).NotTo(HaveOccurred())
+	})
+	wrapped, err := envtestutil.StartManager(env.Manager, envtestutil.ManagerOptions{Webhook: &env.Env.WebhookInstallOptions, WrapTransport: wrap})
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	DeferCleanup(wrapped.Stop) // before the suite's manager starts again
+}
+
+// leaseWatches counts the watches of one lock's Lease by name (field
+// selector metadata.name=<lock>) its client has open.
+type leaseWatches struct {
+	next       http.RoundTripper
+	ns, lock   string
+	open, peak atomic.Int32
+	started    atomic.Int32
+}
+
+func (w *leaseWatches) matches(req *http.Request) bool {
+	q := req.URL.Query()
+	return q.Get("watch") == "true" && strings.HasSuffix(req.URL.Path, "/namespaces/"+w.ns+"/leases") &&
+		q.Get("fieldSelector") == "metadata.name="+w.lock
+}
+
+func (w *leaseWatches) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !w.matches(req) {
+		return w.next.RoundTrip(req)
+	}
+	w.started.Add(1)
+	n := w.open.Add(1)
+	for p := w.peak.Load(); n > p && !w.peak.CompareAndSwap(p, n); p = w.peak.Load() {
+	}
+	resp, err := w.next.RoundTrip(req)
+	if err != nil {
+		w.open.Add(-1)
+		return nil, err
+	}
+	resp.Body = &countedBody{ReadCloser: resp.Body, done: func() { w.open.Add(-1) }}
+	return resp, nil
+}
+
+type countedBody struct {
+	io.ReadCloser
+	once sync.Once
+	done func()
+}
+
+func (b *countedBody) Close() error {
+	b.once.Do(b.done)
+	return b.ReadCloser.Close()
+}
+
+// countingClient is a holder client in ns whose watches of lock's Lease
+// are counted, with no client-side rate limit (hundreds of holders share it).
+func countingClient(ns, lock string) (*lease.Client, *leaseWatches) {
+	w := &leaseWatches{ns: ns, lock: lock}
+	cfg := rest.CopyConfig(env.Admin)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { w.next = rt; return w }
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: lease.Scheme()})
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return lease.NewClientFrom(c, ns).WithLogger(logf.Log.WithName("holder")), w
+}
+
+// apiserverLeaseWatches is the number of Lease watches kube-apiserver is
+// serving (apiserver_longrunning_requests, all scopes).
+func apiserverLeaseWatches() float64 {
+	hc, err := rest.HTTPClientFor(env.Admin)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	resp, err := hc.Get(strings.TrimSuffix(env.Admin.Host, "/") + "/metrics")
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	sum, found := 0.0, false
+	for _, line := range strings.Split(string(b), "\n") {
+		labels, ok := strings.CutPrefix(line, "apiserver_longrunning_requests{")
+		if !ok || !strings.Contains(labels, `resource="leases"`) || !strings.Contains(labels, `verb="WATCH"`) {
+			continue
+		}
+		_, val, _ := strings.Cut(labels, "} ")
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		ExpectWithOffset(1, err).NotTo(HaveOccurred())
+		sum, found = sum+v, true
+	}
+	ExpectWithOffset(1, found).To(BeTrue(), "kube-apiserver reports no Lease watches in apiserver_longrunning_requests")
+	return sum
+}
+
+// heldReason is the reason of a claim's Held condition ("" without one).
+func heldReason(c *fkv1.FencedLease) string {
+	if h := meta.FindStatusCondition(c.Status.Conditions, fkv1.ConditionHeld); h != nil {
+		return h.Reason
+	}
+	return ""
+}
+
+// grantReason is the reason of the transition that made rec's lease HELD.
+func (r *recorder) grantReason() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range r.got {
+		if t.To == lease.Held {
+			return t.Reason
+		}
+	}
+	return ""
+}
+
+// lostReason is the reason of rec's transition to LOST ("" if none).
+func (r *recorder) lostReason() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range r.got {
+		if t.To == lease.Lost {
+			return t.Reason
+		}
+	}
+	return ""
+}
+
+func ledgerOf(ns, lock string) (*coordinationv1.Lease, fkv1.Ledger) {
+	var l coordinationv1.Lease
+	ExpectWithOffset(1, admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: lock}, &l)).To(Succeed())
+	return &l, fkv1.ReadLedger(&l, lock)
+}
+
+var _ = Describe("How a holder learns of its grant and its loss", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("takes its grant from the lock's Lease while the claim's Held status cannot be written, and writes with it", func() {
+		sw := &statusWrites{ns: ns}
+		sw.refuse.Store(true)
+		withManagerTransport(func(rt http.RoundTripper) http.RoundTripper { sw.next = rt; return sw })
+
+		holder, _, hc := holderClient(ns)
+		rec := &recorder{}
+		acq, cancel := contextWithTimeout(20 * time.Second)
+		defer cancel()
+		w1, err := holder.Acquire(acq, "report", "W1", lease.Options{TTL: 30 * time.Second, OnTransition: rec.record})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = w1.Release(ctx) })
+		Expect(sw.touched.Load()).To(BeNumerically(">", 0), "the manager never tried to show the claim Held")
+		Expect(rec.grantReason()).To(ContainSubstring("seen first on the lease"))
+
+		By("the claim does not show the grant; the Lease does, with the epoch the holder has")
+		var claim fkv1.FencedLease
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: w1.ClaimName}, &claim)).To(Succeed())
+		Expect(claim.Status.Phase).NotTo(Equal(fkv1.PhaseHeld))
+		Expect(claim.Status.Epoch).To(BeZero())
+		_, led := ledgerOf(ns, "report")
+		Expect(led.HolderUID).To(Equal(w1.UID))
+		Expect(led.EpochValid).To(BeTrue())
+		Expect(w1.Epoch).To(Equal(led.Epoch))
+
+		By("a write fenced with that epoch is accepted")
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report"}, Data: map[string]string{"v": "v11 by W1"}}
+		Expect(w1.Create(ctx, hc, cm)).To(Succeed())
+		cm.Data["v"] = "v12 by W1"
+		Expect(w1.Update(ctx, hc, cm)).To(Succeed())
+		Expect(w1.State()).To(Equal(lease.Held))
+
+		By("once the status can be written it shows the same epoch, and the holder keeps its lease")
+		sw.refuse.Store(false)
+		Eventually(func() int64 {
+			var cur fkv1.FencedLease
+			Expect(admin.Get(ctx, client.ObjectKeyFromObject(&claim), &cur)).To(Succeed())
+			if cur.Status.Phase != fkv1.PhaseHeld {
+				return 0
+			}
+			return cur.Status.Epoch
+		}, 30*time.Second, 50*time.Millisecond).Should(Equal(w1.Epoch))
+		Consistently(w1.State, 2*time.Second, 100*time.Millisecond).Should(Equal(lease.Held))
+	})
+
+	It("never takes a Lease that names another claim as its grant", func() {
+		holder, _, _ := holderClient(ns)
+		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 30 * time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = w1.Release(ctx) })
+
+		// W2 watches the Lease from the start (it may be next): the Lease
+		// it sees names W1's claim, with an epoch.
+		short, cancel := contextWithTimeout(3 * time.Second)
+		defer cancel()
+		w2, err := holder.Acquire(short, "report", "W2", lease.Options{TTL: 30 * time.Second})
+		Expect(err).To(MatchError(context.DeadlineExceeded), "W2 acquired a lock W1 holds (epoch %d)", func() int64 {
+			if w2 != nil {
+				return w2.Epoch
+			}
+			return 0
+		}())
+		Eventually(func() int { return len(claims(ns)) }, 5*time.Second).Should(Equal(1))
+		Expect(w1.State()).To(Equal(lease.Held))
+	})
+
+	It("goes LOST as soon as the Lease passes to another claim, long before its next renewal", func() {
+		holder, f, _ := holderClient(ns)
+		f.set(func(f *faults) { f.holdWatchPath = "/fencedleases" })
+		rec := &recorder{}
+		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 60 * time.Second, RenewInterval: 50 * time.Second, OnTransition: rec.record})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = w1.Release(ctx) })
+		w2 := waiter(ns, "w2", "report")
+		Eventually(phaseOf(w2), 10*time.Second).Should(Equal(fkv1.PhasePending))
+
+		By("W1's claim watch stalls, so only the Lease can tell it")
+		hold := make(chan struct{})
+		f.set(func(f *faults) { f.holdWatch = hold })
+		DeferCleanup(func() { close(hold) })
+
+		By("an operator breaks W1's hold (kubectl fence break) and the authority grants W2")
+		broke := time.Now()
+		Expect(admin.Patch(ctx, &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w1.ClaimName}},
+			client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+fkv1.AnnotationBreakReason+`":"W1 hung"}}}`)))).To(Succeed())
+		Eventually(w1.Done(), 5*time.Second).Should(BeClosed())
+		lostAfter := time.Since(broke)
+		Expect(w1.State()).To(Equal(lease.Lost))
+		Eventually(rec.lostReason, 2*time.Second).Should(ContainSubstring("not ours"))
+		Expect(lostAfter).To(BeNumerically("<", 5*time.Second), "the next renewal was due %v after the grant", 50*time.Second)
+		Eventually(phaseOf(w2), 10*time.Second).Should(Equal(fkv1.PhaseHeld))
+		_, led := ledgerOf(ns, "report")
+		Expect(led.HolderUID).To(Equal(w2.UID))
+		GinkgoWriter.Printf("W1 LOST %v after the break\n", lostAfter)
+	})
+
+	It("goes LOST as soon as the Lease names its claim with another epoch, long before its next renewal", func() {
+		holder, f, _ := holderClient(ns)
+		f.set(func(f *faults) { f.holdWatchPath = "/fencedleases" })
+		rec := &recorder{}
+		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 60 * time.Second, RenewInterval: 50 * time.Second, OnTransition: rec.record})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = w1.Release(ctx) })
+		hold := make(chan struct{})
+		f.set(func(f *faults) { f.holdWatch = hold })
+		DeferCleanup(func() { close(hold) })
+
+		By("with the authority stopped, the manager's identity moves the epoch; the Lease still names W1's claim")
+		Expect(mgr.Stop()).To(Succeed())
+		DeferCleanup(func() {
+			var err error
+			mgr, err = env.StartManager()
+			Expect(err).NotTo(HaveOccurred())
+		})
+		asManager, err := client.New(env.Manager, client.Options{Scheme: lease.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
+		var moved coordinationv1.Lease
+		Expect(asManager.Get(ctx, client.ObjectKey{Namespace: ns, Name: "report"}, &moved)).To(Succeed())
+		moved.Annotations[fkv1.AnnotationEpoch] = strconv.FormatInt(w1.Epoch+1, 10)
+		at := time.Now()
+		Expect(asManager.Update(ctx, &moved)).To(Succeed())
+
+		Eventually(w1.Done(), 5*time.Second).Should(BeClosed())
+		Expect(time.Since(at)).To(BeNumerically("<", 5*time.Second))
+		Eventually(rec.lostReason, 2*time.Second).Should(ContainSubstring(fmt.Sprintf("not the epoch %d we were granted", w1.Epoch)))
+	})
+
+	It("goes LOST when its claim's status shows another epoch than the Lease showed it", func() {
+		holder, _, _ := holderClient(ns)
+		rec := &recorder{}
+		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 60 * time.Second, RenewInterval: 50 * time.Second, OnTransition: rec.record})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = w1.Release(ctx) })
+		Eventually(func() int64 {
+			var c fkv1.FencedLease
+			Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: w1.ClaimName}, &c)).To(Succeed())
+			return c.Status.Epoch
+		}, 10*time.Second).Should(Equal(w1.Epoch))
+
+		By("with the authority stopped, the manager's identity writes another epoch into the claim's status")
+		Expect(mgr.Stop()).To(Succeed())
+		DeferCleanup(func() {
+			var err error
+			mgr, err = env.StartManager()
+			Expect(err).NotTo(HaveOccurred())
+		})
+		asManager, err := client.New(env.Manager, client.Options{Scheme: lease.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
+		var c fkv1.FencedLease
+		Expect(asManager.Get(ctx, client.ObjectKey{Namespace: ns, Name: w1.ClaimName}, &c)).To(Succeed())
+		c.Status.Epoch = w1.Epoch + 1
+		Expect(asManager.Status().Update(ctx, &c)).To(Succeed())
+
+		Eventually(w1.Done(), 5*time.Second).Should(BeClosed())
+		Eventually(rec.lostReason, 2*time.Second).Should(ContainSubstring("the grant's records disagree"))
+	})
+
+	It("has O(1) watchers of a lock's Lease however many wait: the holder and the head waiter", func() {
+		const lock = "busy"
+		holders, watches := countingClient(ns, lock)
+		w0, err := holders.Acquire(ctx, lock, "W0", lease.Options{TTL: 60 * time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = w0.Release(ctx) })
+		Eventually(watches.open.Load, 5*time.Second).Should(BeEquivalentTo(1), "the holder watches its Lease")
+		baseline := apiserverLeaseWatches()
+
+		waitCtx, stopWaiting := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		DeferCleanup(func() {
+			stopWaiting() // every waiter leaves the queue
+			wg.Wait()
+			Eventually(func() int { return len(claims(ns)) }, 60*time.Second).Should(BeNumerically("<=", 1))
+		})
+		started := 0
+		for _, n := range []int{100, 300} {
+			By(fmt.Sprintf("%d waiters queue on the lock", n))
+			for ; started < n; started++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					l, err := holders.Acquire(waitCtx, lock, fmt.Sprintf("W%d", i), lease.Options{TTL: 60 * time.Second, RequestTimeout: 30 * time.Second})
+					if err == nil {
+						_ = l.Release(ctx) // granted only in the handoff spec; not here
+					}
+				}(started + 1)
+			}
+			Eventually(func() int {
+				pending := 0
+				for _, c := range claims(ns) {
+					if c.Status.Phase == fkv1.PhasePending && (heldReason(&c) == fkv1.ReasonQueued || heldReason(&c) == fkv1.ReasonNext) {
+						pending++
+					}
+				}
+				return pending
+			}, 120*time.Second, 250*time.Millisecond).Should(Equal(n), "every waiter shows Pending")
+
+			By("the Lease's watchers are the holder and at most the head waiter")
+			Eventually(watches.open.Load, 20*time.Second, 100*time.Millisecond).Should(BeNumerically("<=", 2))
+			Consistently(watches.open.Load, 2*time.Second, 100*time.Millisecond).Should(BeNumerically("<=", 2))
+			Expect(apiserverLeaseWatches()).To(BeNumerically("<=", baseline+1), "kube-apiserver serves more Lease watches than the holder's and the head's")
+			GinkgoWriter.Printf("%d waiters: %d Lease watches open (peak %d while they queued, %d started); apiserver serves %v Lease watches (baseline %v)\n",
+				n, watches.open.Load(), watches.peak.Load(), watches.started.Load(), apiserverLeaseWatches(), baseline)
+			Expect(w0.State()).To(Equal(lease.Held))
+		}
+	})
+
+	// Needs an authority that marks the head waiter Next.
+	It("hands the lock to the head waiter, which takes its grant from the Lease", func() {
+		// The Held status of the next holder is held back 3 s: only the
+		// Lease can tell it sooner.
+		sw := &statusWrites{ns: ns, delay: 3 * time.Second}
+		withManagerTransport(func(rt http.RoundTripper) http.RoundTripper { sw.next = rt; return sw })
+		const lock = "busy"
+		holders, watches := countingClient(ns, lock)
+		w0, err := holders.Acquire(ctx, lock, "W0", lease.Options{TTL: 60 * time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = w0.Release(ctx) })
+
+		waitCtx, stopWaiting := context.WithCancel(ctx)
+		DeferCleanup(stopWaiting)
+		type acquired struct {
+			l   *lease.Lease
+			err error
+			at  time.Time
+		}
+		recs := map[string]*recorder{"W1": {}, "W2": {}}
+		results := map[string]chan acquired{"W1": make(chan acquired, 1), "W2": make(chan acquired, 1)}
+		for _, h := range []string{"W1", "W2"} {
+			go func() {
+				l, err := holders.Acquire(waitCtx, lock, h, lease.Options{TTL: 60 * time.Second, OnTransition: recs[h].record})
+				results[h] <- acquired{l, err, time.Now()}
+			}()
+		}
+		// The queue's order is the authority's business: find the head.
+		reasons := func() map[string]string {
+			out := map[string]string{}
+			for _, c := range claims(ns) {
+				if c.Spec.HolderIdentity != "W0" {
+					out[c.Spec.HolderIdentity] = heldReason(&c)
+				}
+			}
+			return out
+		}
+		Eventually(reasons, 10*time.Second).Should(ConsistOf(fkv1.ReasonNext, fkv1.ReasonQueued),
+			"the authority did not mark exactly one of two waiters Next (the head) and the other Queued")
+		head, behind := "W1", "W2"
+		if reasons()["W2"] == fkv1.ReasonNext {
+			head, behind = "W2", "W1"
+		}
+		Eventually(watches.open.Load, 10*time.Second).Should(BeEquivalentTo(2), "the holder and the head waiter watch the Lease")
+
+		By("W0 releases; the head learns of its grant from the Lease, before its claim can show it")
+		released := time.Now()
+		Expect(w0.Release(ctx)).To(Succeed())
+		var got acquired
+		Eventually(results[head], 10*time.Second).Should(Receive(&got))
+		Expect(got.err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = got.l.Release(ctx) })
+		Expect(got.at.Sub(released)).To(BeNumerically("<", sw.delay), "the head waited for its claim's status")
+		Expect(recs[head].grantReason()).To(ContainSubstring("seen first on the lease"))
+		_, led := ledgerOf(ns, lock)
+		Expect(led.HolderUID).To(Equal(got.l.UID))
+		Expect(got.l.Epoch).To(Equal(led.Epoch))
+		Expect(got.l.Epoch).To(Equal(w0.Epoch + 1))
+		GinkgoWriter.Printf("%s acquired %v after W0's release\n", head, got.at.Sub(released))
+
+		By("the other waiter becomes the head; the Lease's watchers are again the holder and the head")
+		Eventually(func() string { return reasons()[behind] }, 10*time.Second).Should(Equal(fkv1.ReasonNext))
+		Eventually(watches.open.Load, 10*time.Second).Should(BeEquivalentTo(2))
+		Consistently(results[behind], time.Second).ShouldNot(Receive())
+	})
+})
