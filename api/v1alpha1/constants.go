@@ -30,6 +30,10 @@ const (
 	// ReasonForcedRelease: an operator broke the lock (`kubectl fence
 	// break`); the hold ended at once and the next waiter gets a higher epoch.
 	ReasonForcedRelease = "ForcedRelease"
+	// ReasonAcquireTimeout: the claim was still Pending its
+	// spec.acquireTimeoutSeconds after the authority first observed it; it
+	// ended without an epoch and left the queue (terminal).
+	ReasonAcquireTimeout = "AcquireTimeout"
 	// ReasonQueueFull: the lock already had its maximum of waiting claims
 	// when this claim came; it is turned away (terminal).
 	ReasonQueueFull = "QueueFull"
@@ -69,6 +73,13 @@ const (
 	// before the current one. It lets a controller that crashed between the
 	// Lease update and the claim status patch mark that claim Expired.
 	AnnotationPreviousClaimUID = Prefix + "previous-claim-uid"
+
+	// AnnotationTimedOutClaimUIDs, on the Lease, lists (comma-separated) the
+	// waiting claims the authority ended for their acquireTimeoutSeconds and
+	// that still exist. The timeout is this guarded Lease write, like a
+	// grant, so a claim is never both timed out and granted; no listed
+	// claim is granted.
+	AnnotationTimedOutClaimUIDs = Prefix + "timed-out-claim-uids"
 
 	// AnnotationHolderUser and AnnotationHolderPodUID, on the Lease, are the
 	// identity the holder claim is bound to (copied from the claim at

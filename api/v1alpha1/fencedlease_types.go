@@ -21,6 +21,7 @@ const (
 // FencedLeaseSpec is a holder's request for a lock.
 // +kubebuilder:validation:XValidation:rule="self.lockName == oldSelf.lockName",message="lockName is immutable: create a new FencedLease to contend for another lock"
 // +kubebuilder:validation:XValidation:rule="self.holderIdentity == oldSelf.holderIdentity",message="holderIdentity is immutable: create a new FencedLease for another holder"
+// +kubebuilder:validation:XValidation:rule="has(self.acquireTimeoutSeconds) == has(oldSelf.acquireTimeoutSeconds)",message="acquireTimeoutSeconds is immutable: it cannot be set or removed after the claim is created"
 type FencedLeaseSpec struct {
 	// lockName names the lock in this namespace. The backing
 	// coordination.k8s.io Lease and the fencekeeper.io/lock label of
@@ -47,6 +48,17 @@ type FencedLeaseSpec struct {
 	// +kubebuilder:validation:Maximum=86400
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="leaseDurationSeconds is immutable: the TTL in force is the one recorded at grant; create a new claim for another TTL"
 	LeaseDurationSeconds *int32 `json:"leaseDurationSeconds,omitempty"`
+
+	// acquireTimeoutSeconds bounds the wait: a claim still Pending this long
+	// after the authority first observed it (on its own clock) ends Expired
+	// with reason AcquireTimeout and no epoch, and leaves the queue. 0 is
+	// try-once: granted at the authority's first decision, or ended at
+	// once. Unset: wait until granted or deleted.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="acquireTimeoutSeconds is immutable: create a new claim for another deadline"
+	AcquireTimeoutSeconds *int32 `json:"acquireTimeoutSeconds,omitempty"`
 }
 
 // FencedLeaseStatus is the controller's view of the claim, derived from the

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,6 +35,9 @@ type Ledger struct {
 	HolderUser, HolderPodUID string
 	// PreviousUID is the claim that held the lock before the current one.
 	PreviousUID types.UID
+	// TimedOut are the waiting claims ended for their acquireTimeoutSeconds
+	// (AnnotationTimedOutClaimUIDs): never granted.
+	TimedOut []types.UID
 	// LeaseDurationSeconds is the TTL recorded at grant (0 when unset).
 	LeaseDurationSeconds int32
 	// Adopted is true when the labels and finalizer of a managed Lease of
@@ -54,6 +58,11 @@ func ReadLedger(lease *coordinationv1.Lease, lockName string) Ledger {
 		PreviousUID:  types.UID(lease.Annotations[AnnotationPreviousClaimUID]),
 		HolderUser:   lease.Annotations[AnnotationHolderUser],
 		HolderPodUID: lease.Annotations[AnnotationHolderPodUID],
+	}
+	for uid := range strings.SplitSeq(lease.Annotations[AnnotationTimedOutClaimUIDs], ",") {
+		if uid != "" {
+			l.TimedOut = append(l.TimedOut, types.UID(uid))
+		}
 	}
 	if v, ok := lease.Annotations[AnnotationEpoch]; ok {
 		if e, err := parseCounter(v); err == nil {
@@ -105,7 +114,16 @@ func (l Ledger) ApplyTo(lease *coordinationv1.Lease, lockName string) {
 	setOrDelete(lease.Annotations, AnnotationPreviousClaimUID, string(l.PreviousUID))
 	setOrDelete(lease.Annotations, AnnotationHolderUser, l.HolderUser)
 	setOrDelete(lease.Annotations, AnnotationHolderPodUID, l.HolderPodUID)
+	timedOut := make([]string, len(l.TimedOut))
+	for i, uid := range l.TimedOut {
+		timedOut[i] = string(uid)
+	}
+	setOrDelete(lease.Annotations, AnnotationTimedOutClaimUIDs, strings.Join(timedOut, ","))
 }
+
+// TimedOutClaim reports whether the ledger lists claim uid as ended for its
+// acquireTimeoutSeconds.
+func (l Ledger) TimedOutClaim(uid types.UID) bool { return slices.Contains(l.TimedOut, uid) }
 
 // IsManagedLease reports whether fencekeeper manages lease.
 func IsManagedLease(lease *coordinationv1.Lease) bool {

@@ -132,7 +132,11 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	if err := r.syncStatuses(ctx, mem, endedFirst(g.claims, in.ledger), in); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: a.requeueAfter}, nil
+	wake := a.requeueAfter
+	if a.timeoutWake > 0 && (wake == 0 || a.timeoutWake < wake) {
+		wake = a.timeoutWake
+	}
+	return ctrl.Result{RequeueAfter: wake}, nil
 }
 
 // endedFirst orders the status writes so that no observer ever sees two Held
@@ -196,6 +200,7 @@ func leaseAfter(lock types.NamespacedName, current *coordinationv1.Lease, led fk
 	}
 	after := led
 	after.Epoch = a.epoch
+	after.TimedOut = a.timedOut
 	switch a.kind {
 	case actGrant:
 		if led.Held() {
@@ -255,6 +260,12 @@ func (r *Reconciler) recordLeaseWrite(ctx context.Context, lock types.Namespaced
 	}
 	if g.lease != nil && len(g.lease.OwnerReferences) > 0 {
 		r.recordOwnersRemoved(ctx, g.lease)
+	}
+	for _, uid := range a.timedOut {
+		if !g.ledger.TimedOutClaim(uid) {
+			acquireTimeoutsTotal.Inc()
+			logger.Info("acquire timeout: a waiter left the queue without an epoch", "claimUID", uid)
+		}
 	}
 	if a.repaired {
 		floorRepairs.Inc()

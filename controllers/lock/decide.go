@@ -35,6 +35,9 @@ type snapshot struct {
 	// holderPod is the liveness of the pod the holder claim was made for
 	// (pods.NotAPod for a claim that renews the Lease itself).
 	holderPod pods.Liveness
+	// firstSeen is when this process first observed each waiting claim
+	// that sets acquireTimeoutSeconds, on its own clock.
+	firstSeen map[types.UID]time.Time
 	// waiterPods is the liveness of the pods that waiting pod claims were
 	// made for, in queue order up to the first waiter that can be granted: a
 	// pod is granted only once its containers are ready.
@@ -126,6 +129,12 @@ type action struct {
 	// exhausted is true when a waiter could not be granted because the
 	// lock's last epoch is the largest there is.
 	exhausted bool
+	// timedOut is what the Lease lists as timed out after the action
+	// (ledger.TimedOut): the listed claims that still exist, and the
+	// waiters whose acquireTimeoutSeconds ran out now. timeoutWake is when
+	// the next waiter's runs out (0: none waits with one).
+	timedOut    []types.UID
+	timeoutWake time.Duration
 	// unrecorded is true when the Lease names a holder whose grant no status
 	// records and whose epoch the counter cannot tell (grantUnrecorded):
 	// that holder is not shown Held from this Lease, and its hold ends
@@ -141,7 +150,9 @@ type action struct {
 //   - holderOutcome: whether the holder keeps the lock, and why not;
 //   - nextGrant: the next ready waiter gets the next epoch;
 //   - freeLock: an ended hold with nobody to grant frees the lock;
-//   - repairLedger: a Lease that needs repair is rewritten, holder kept.
+//   - repairLedger: a Lease that needs repair is rewritten, holder kept;
+//   - acquireTimeouts: waiters whose acquireTimeoutSeconds ran out leave
+//     the queue, recorded in the same guarded Lease write.
 //
 // It never issues an epoch at or below anything already issued: the next
 // epoch is one above the highest of the Lease's counter, every claim's
@@ -161,13 +172,63 @@ func decide(s snapshot) action {
 	if a.holder == nil {
 		var done bool
 		if a, done = nextGrant(s, ep, a); done {
-			return a
+			return acquireTimeouts(s, a)
 		}
 		if a.end != holderContinues {
-			return freeLock(ep, a)
+			return acquireTimeouts(s, freeLock(ep, a))
 		}
 	}
-	return repairLedger(s, ep, a, h.ttlRepair)
+	return acquireTimeouts(s, repairLedger(s, ep, a, h.ttlRepair))
+}
+
+// acquireTimeouts is the rule for bounded waits (docs/design.md §5): a
+// waiter not granted acquireTimeoutSeconds after this process first
+// observed it (0: at the first decision that does not grant it) leaves the
+// queue without an epoch. The timeout is recorded in the Lease
+// (ledger.TimedOut) and written guarded like a grant, so a claim is never
+// both timed out and granted: of two decisions on one Lease version only
+// one write succeeds, and a listed claim is never grantable. A claim the
+// Lease ever named is not a waiter (grantable), so it ends as a holder
+// does. While nothing is written the list is left as it is; a write drops
+// the listed claims that no longer exist. Nothing is written for a lock
+// whose new ledger waits for its revision (noWrite).
+func acquireTimeouts(s snapshot, a action) action {
+	var due []types.UID
+	for _, c := range s.claims {
+		limit := c.Spec.AcquireTimeoutSeconds
+		if limit == nil || !grantable(c, s.ledger) || (a.holder != nil && c.UID == a.holder.UID) {
+			continue
+		}
+		seen, ok := s.firstSeen[c.UID]
+		if !ok {
+			seen = s.now
+		}
+		switch left := seen.Add(time.Duration(*limit) * time.Second).Sub(s.now); {
+		case left <= 0:
+			due = append(due, c.UID)
+		case a.timeoutWake == 0 || left < a.timeoutWake:
+			a.timeoutWake = left
+		}
+	}
+	for _, uid := range s.ledger.TimedOut {
+		if findClaim(s.claims, uid) != nil {
+			a.timedOut = append(a.timedOut, uid)
+		}
+	}
+	if len(due) == 0 {
+		if !a.kind.writesLease() {
+			a.timedOut = s.ledger.TimedOut
+		}
+		return a
+	}
+	a.timedOut = append(a.timedOut, due...)
+	if a.kind == actKeep && s.hasLease && !(s.ledger.IsNew() && s.storageRevision == 0) {
+		a.kind = actRepair // the holder, if any, stays at its epoch
+	}
+	if !a.kind.writesLease() {
+		a.timedOut = s.ledger.TimedOut
+	}
+	return a
 }
 
 // settled is the rule for locks with nothing to grant or keep: a Lease
@@ -416,9 +477,10 @@ func broken(c *fkv1.FencedLease) bool {
 }
 
 // grantable reports whether a claim may still be granted: it never held the
-// lock (no epoch, not Expired) and is not the holder or the one before it.
+// lock (no epoch, not Expired), is not the holder or the one before it, and
+// did not time out.
 func grantable(c *fkv1.FencedLease, l fkv1.Ledger) bool {
-	if c.Status.Epoch != 0 || c.Status.Phase == fkv1.PhaseExpired || c.Status.Phase == fkv1.PhaseHeld || broken(c) {
+	if c.Status.Epoch != 0 || c.Status.Phase == fkv1.PhaseExpired || c.Status.Phase == fkv1.PhaseHeld || broken(c) || l.TimedOutClaim(c.UID) {
 		return false
 	}
 	return c.UID != l.HolderUID && c.UID != l.PreviousUID

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -56,6 +57,7 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName, mem 
 	}
 	g.claims, mem.queue = mem.queue.order(claims)
 	g.now = r.clock.Now()
+	g.firstSeen = maps.Clone(mem.observeWaiters(g.claims, g.now))
 	if g.lease, g.foreign, err = r.leaseOf(ctx, lock, mem); err != nil || g.foreign != "" {
 		return g, err
 	}

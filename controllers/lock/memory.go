@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
+
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
 // lockMemory is everything this process remembers about one lock between
@@ -54,6 +56,9 @@ type lockMemory struct {
 	heldSince    time.Time
 	// queue is the order of the lock's claims at its last reconcile.
 	queue fifo
+	// firstSeen is when this process first observed each waiting claim that
+	// sets acquireTimeoutSeconds (its own clock, never creationTimestamp).
+	firstSeen map[types.UID]time.Time
 	// view is what the authority vouches for to the webhook (views.go). It is
 	// written only through publishView, never by store.
 	view View
@@ -84,7 +89,7 @@ func laterLease(a, b leaseVersion) leaseVersion {
 
 // idle reports whether m holds nothing worth keeping.
 func (m *lockMemory) idle() bool {
-	return !m.renewalSeen && m.floor == 0 && m.leaseExpect == (leaseVersion{}) && len(m.claimWrites) == 0 &&
+	return !m.renewalSeen && m.floor == 0 && m.leaseExpect == (leaseVersion{}) && len(m.claimWrites) == 0 && len(m.firstSeen) == 0 &&
 		!m.uncertain && !m.foreign && m.waiting == 0 && m.heldSince.IsZero() && m.view.HeldEpoch == 0
 }
 
@@ -112,6 +117,7 @@ func (m *memory) load(lock types.NamespacedName) lockMemory {
 	}
 	out := *cur
 	out.claimWrites = maps.Clone(cur.claimWrites)
+	out.firstSeen = maps.Clone(cur.firstSeen)
 	return out
 }
 
@@ -133,6 +139,9 @@ func (m *memory) store(lock types.NamespacedName, loaded, next lockMemory) {
 	}
 	if len(next.claimWrites) == 0 {
 		next.claimWrites = nil
+	}
+	if len(next.firstSeen) == 0 {
+		next.firstSeen = nil
 	}
 	if next.idle() {
 		delete(m.locks, lock)
@@ -304,6 +313,29 @@ func (m *lockMemory) retainClaims(live map[types.UID]bool) {
 			delete(m.claimWrites, uid)
 		}
 	}
+	for uid := range m.firstSeen {
+		if !live[uid] {
+			delete(m.firstSeen, uid)
+		}
+	}
+}
+
+// observeWaiters records when this process first observed each waiting
+// claim that bounds its wait (acquireTimeoutSeconds), and returns the
+// record.
+func (m *lockMemory) observeWaiters(claims []*fkv1.FencedLease, now time.Time) map[types.UID]time.Time {
+	for _, c := range claims {
+		if c.Spec.AcquireTimeoutSeconds == nil || c.Status.Epoch != 0 || c.Status.Phase == fkv1.PhaseHeld || c.Status.Phase == fkv1.PhaseExpired {
+			continue
+		}
+		if _, ok := m.firstSeen[c.UID]; !ok {
+			if m.firstSeen == nil {
+				m.firstSeen = map[types.UID]time.Time{}
+			}
+			m.firstSeen[c.UID] = now
+		}
+	}
+	return m.firstSeen
 }
 
 // raiseFloor records epochs seen for the lock and returns its floor.

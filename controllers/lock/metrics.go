@@ -30,6 +30,9 @@ var (
 		Name: "fencekeeper_authority_memory_locks",
 		Help: "Locks the authority remembers, per memory: renewal clock, views, expectations (idle locks are forgotten), floors (kept while the lock's Lease exists).",
 	}, []string{"memory"})
+	acquireTimeoutsTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencekeeper_acquire_timeouts_total", Help: "Waiting claims ended without an epoch because their spec.acquireTimeoutSeconds ran out.",
+	})
 	queueFullRejections = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencekeeper_queue_full_rejections_total", Help: "New claims turned away because their lock already had --max-waiters-per-lock waiting claims.",
 	})
@@ -60,7 +63,7 @@ const (
 )
 
 func init() {
-	metrics.Registry.MustRegister(grants, expirations, releases, forcedReleases, queueFullRejections, floorRepairs, lockConflicts, epochsExhausted, memoryLocks,
+	metrics.Registry.MustRegister(grants, expirations, releases, forcedReleases, queueFullRejections, acquireTimeoutsTotal, floorRepairs, lockConflicts, epochsExhausted, memoryLocks,
 		acquireWait, holdDuration, newQueueCollector(gaugeSources, clock.RealClock{}))
 	// Every series exists from the start (at zero), so /metrics shows every
 	// name and rate() sees the first hold that ends.

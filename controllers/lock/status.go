@@ -8,6 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"k8s.io/apimachinery/pkg/types"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -115,6 +116,17 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, reason, msg)
 		return st, transition
 
+	case st.Epoch == 0 && st.Phase != fkv1.PhaseHeld && in.foreign == "" && in.ledger.TimedOutClaim(c.UID):
+		// Never named by the Lease (a listed claim is never granted): it
+		// leaves the queue without an epoch.
+		st.Phase = fkv1.PhaseExpired
+		st.LeaseName = lockName
+		setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonAcquireTimeout,
+			fmt.Sprintf("Not granted lock %s within acquireTimeoutSeconds (%ds) of being observed waiting: left the queue without an epoch; create a new claim to contend again",
+				lockName, ptr.Deref(c.Spec.AcquireTimeoutSeconds, 0)))
+		meta.RemoveStatusCondition(&st.Conditions, fkv1.ConditionLockConflict)
+		return st, ""
+
 	case st.Phase == "" && in.queueFull[c.UID]:
 		st.Phase = fkv1.PhaseExpired
 		st.LeaseName = lockName
@@ -171,7 +183,7 @@ func queuedAsBefore(c *fkv1.FencedLease, in statusInputs) bool {
 	st := &c.Status
 	if st.Phase != fkv1.PhasePending || in.foreign != "" || in.exhausted || c.UID == in.ledger.HolderUID ||
 		c.UID == in.ledger.PreviousUID || c.UID == in.next || st.ObservedGeneration != c.Generation || st.LeaseName != c.Spec.LockName ||
-		len(st.Conditions) != 1 || fkv1.RecordsNoIdentity(c) {
+		len(st.Conditions) != 1 || fkv1.RecordsNoIdentity(c) || in.ledger.TimedOutClaim(c.UID) {
 		return false
 	}
 	h := &st.Conditions[0]

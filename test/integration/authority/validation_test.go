@@ -65,6 +65,30 @@ var _ = Describe("FencedLease validation by the apiserver", func() {
 		Expect(err.Error()).To(ContainSubstring("spec.leaseDurationSeconds"))
 	})
 
+	It("bounds acquireTimeoutSeconds and keeps it immutable: not changed, added or removed after creation", func() {
+		for _, bad := range []int32{-1, 86401} {
+			c := newClaim(ns, "bad-timeout", "report", "W1", 30)
+			c.Spec.AcquireTimeoutSeconds = ptr.To(bad)
+			err := k8s.Create(ctx, c)
+			Expect(err).To(HaveOccurred(), "acquireTimeoutSeconds %d", bad)
+			Expect(err.Error()).To(ContainSubstring("spec.acquireTimeoutSeconds"))
+		}
+		c := newClaim(ns, "timeout", "report-timeout", "W1", 30)
+		c.Spec.AcquireTimeoutSeconds = ptr.To(int32(60))
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		for _, patch := range []string{`{"spec":{"acquireTimeoutSeconds":5}}`, `{"spec":{"acquireTimeoutSeconds":null}}`} {
+			err := k8s.Patch(ctx, getClaim(ns, "timeout"), client.RawPatch(types.MergePatchType, []byte(patch)))
+			Expect(err).To(HaveOccurred(), patch)
+			Expect(err.Error()).To(ContainSubstring("acquireTimeoutSeconds is immutable"), patch)
+		}
+		plain := createClaim(ns, "no-timeout", "report-timeout", "W2", 30)
+		err := k8s.Patch(ctx, plain, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"acquireTimeoutSeconds":0}}`)))
+		Expect(err).To(HaveOccurred(), "adding a deadline after creation")
+		Expect(err.Error()).To(ContainSubstring("acquireTimeoutSeconds is immutable"))
+		Expect(*getClaim(ns, "timeout").Spec.AcquireTimeoutSeconds).To(Equal(int32(60)))
+		Expect(getClaim(ns, "no-timeout").Spec.AcquireTimeoutSeconds).To(BeNil())
+	})
+
 	It("defaults the TTL to 15 seconds", func() {
 		c := newClaim(ns, "ok", "report", "W1", 1)
 		c.Spec.LeaseDurationSeconds = nil
