@@ -222,7 +222,7 @@ func acquireTimeouts(s snapshot, a action) action {
 		return a
 	}
 	a.timedOut = append(a.timedOut, due...)
-	if a.kind == actKeep && s.hasLease && !(s.ledger.IsNew() && s.storageRevision == 0) {
+	if a.kind == actKeep && s.hasLease && (!s.ledger.IsNew() || s.storageRevision != 0) {
 		a.kind = actRepair // the holder, if any, stays at its epoch
 	}
 	if !a.kind.writesLease() {
