@@ -74,12 +74,12 @@ const (
 	// Lease update and the claim status patch mark that claim Expired.
 	AnnotationPreviousClaimUID = Prefix + "previous-claim-uid"
 
-	// AnnotationTimedOutClaimUIDs, on the Lease, lists (comma-separated) the
-	// waiting claims the authority ended for their acquireTimeoutSeconds and
-	// that still exist. The timeout is this guarded Lease write, like a
-	// grant, so a claim is never both timed out and granted; no listed
-	// claim is granted.
-	AnnotationTimedOutClaimUIDs = Prefix + "timed-out-claim-uids"
+	// AnnotationTimedOutClaims, on the Lease, lists (comma-separated
+	// name/uid) the waiting claims the authority ended for their
+	// acquireTimeoutSeconds whose end is not yet seen on the claims. The
+	// timeout is this guarded Lease write, like a grant, so a claim is never
+	// both timed out and granted; no listed claim is granted.
+	AnnotationTimedOutClaims = Prefix + "timed-out-claims"
 
 	// AnnotationHolderUser and AnnotationHolderPodUID, on the Lease, are the
 	// identity the holder claim is bound to (copied from the claim at

@@ -36,8 +36,8 @@ type Ledger struct {
 	// PreviousUID is the claim that held the lock before the current one.
 	PreviousUID types.UID
 	// TimedOut are the waiting claims ended for their acquireTimeoutSeconds
-	// (AnnotationTimedOutClaimUIDs): never granted.
-	TimedOut []types.UID
+	// (AnnotationTimedOutClaims): never granted.
+	TimedOut []ClaimRef
 	// LeaseDurationSeconds is the TTL recorded at grant (0 when unset).
 	LeaseDurationSeconds int32
 	// Adopted is true when the labels and finalizer of a managed Lease of
@@ -59,9 +59,9 @@ func ReadLedger(lease *coordinationv1.Lease, lockName string) Ledger {
 		HolderUser:   lease.Annotations[AnnotationHolderUser],
 		HolderPodUID: lease.Annotations[AnnotationHolderPodUID],
 	}
-	for uid := range strings.SplitSeq(lease.Annotations[AnnotationTimedOutClaimUIDs], ",") {
-		if uid != "" {
-			l.TimedOut = append(l.TimedOut, types.UID(uid))
+	for ref := range strings.SplitSeq(lease.Annotations[AnnotationTimedOutClaims], ",") {
+		if name, uid, ok := strings.Cut(ref, "/"); ok && name != "" && uid != "" {
+			l.TimedOut = append(l.TimedOut, ClaimRef{Name: name, UID: types.UID(uid)})
 		}
 	}
 	if v, ok := lease.Annotations[AnnotationEpoch]; ok {
@@ -115,15 +115,23 @@ func (l Ledger) ApplyTo(lease *coordinationv1.Lease, lockName string) {
 	setOrDelete(lease.Annotations, AnnotationHolderUser, l.HolderUser)
 	setOrDelete(lease.Annotations, AnnotationHolderPodUID, l.HolderPodUID)
 	timedOut := make([]string, len(l.TimedOut))
-	for i, uid := range l.TimedOut {
-		timedOut[i] = string(uid)
+	for i, ref := range l.TimedOut {
+		timedOut[i] = ref.Name + "/" + string(ref.UID)
 	}
-	setOrDelete(lease.Annotations, AnnotationTimedOutClaimUIDs, strings.Join(timedOut, ","))
+	setOrDelete(lease.Annotations, AnnotationTimedOutClaims, strings.Join(timedOut, ","))
+}
+
+// ClaimRef names one claim of a lock.
+type ClaimRef struct {
+	Name string
+	UID  types.UID
 }
 
 // TimedOutClaim reports whether the ledger lists claim uid as ended for its
 // acquireTimeoutSeconds.
-func (l Ledger) TimedOutClaim(uid types.UID) bool { return slices.Contains(l.TimedOut, uid) }
+func (l Ledger) TimedOutClaim(uid types.UID) bool {
+	return slices.ContainsFunc(l.TimedOut, func(r ClaimRef) bool { return r.UID == uid })
+}
 
 // IsManagedLease reports whether fencekeeper manages lease.
 func IsManagedLease(lease *coordinationv1.Lease) bool {

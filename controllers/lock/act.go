@@ -69,6 +69,18 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 			// even if its reply is lost.
 			r.memory.publishView(lock, View{})
 		}
+		if a.kind == actGrant && a.holder.Spec.AcquireTimeoutSeconds != nil {
+			// A claim with a deadline may have been timed out by another
+			// authority whose record this Lease no longer lists, while this
+			// cache still shows it waiting: read it live before granting.
+			ended, err := r.claimEnded(ctx, client.ObjectKeyFromObject(a.holder), a.holder.UID)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if ended {
+				return ctrl.Result{RequeueAfter: raceRetry}, nil
+			}
+		}
 		written, err := r.writeLease(ctx, lock, g, a, mem)
 		switch {
 		case apierrors.IsAlreadyExists(err):
@@ -261,10 +273,10 @@ func (r *Reconciler) recordLeaseWrite(ctx context.Context, lock types.Namespaced
 	if g.lease != nil && len(g.lease.OwnerReferences) > 0 {
 		r.recordOwnersRemoved(ctx, g.lease)
 	}
-	for _, uid := range a.timedOut {
-		if !g.ledger.TimedOutClaim(uid) {
+	for _, ref := range a.timedOut {
+		if !g.ledger.TimedOutClaim(ref.UID) {
 			acquireTimeoutsTotal.Inc()
-			logger.Info("acquire timeout: a waiter left the queue without an epoch", "claimUID", uid)
+			logger.Info("acquire timeout: a waiter left the queue without an epoch", "claim", ref.Name, "claimUID", ref.UID)
 		}
 	}
 	if a.repaired {

@@ -38,6 +38,9 @@ type snapshot struct {
 	// firstSeen is when this process first observed each waiting claim
 	// that sets acquireTimeoutSeconds, on its own clock.
 	firstSeen map[types.UID]time.Time
+	// timedOutGone are the claims the Lease lists as timed out that a live
+	// read showed gone (deleted, or re-created with another UID) or ended.
+	timedOutGone map[types.UID]bool
 	// waiterPods is the liveness of the pods that waiting pod claims were
 	// made for, in queue order up to the first waiter that can be granted: a
 	// pod is granted only once its containers are ready.
@@ -130,10 +133,10 @@ type action struct {
 	// lock's last epoch is the largest there is.
 	exhausted bool
 	// timedOut is what the Lease lists as timed out after the action
-	// (ledger.TimedOut): the listed claims that still exist, and the
-	// waiters whose acquireTimeoutSeconds ran out now. timeoutWake is when
-	// the next waiter's runs out (0: none waits with one).
-	timedOut    []types.UID
+	// (ledger.TimedOut): the listed claims whose end is not yet seen, and
+	// the waiters whose acquireTimeoutSeconds ran out now. timeoutWake is
+	// when the next waiter's runs out (0: none waits with one).
+	timedOut    []fkv1.ClaimRef
 	timeoutWake time.Duration
 	// unrecorded is true when the Lease names a holder whose grant no status
 	// records and whose epoch the counter cannot tell (grantUnrecorded):
@@ -189,11 +192,14 @@ func decide(s snapshot) action {
 // both timed out and granted: of two decisions on one Lease version only
 // one write succeeds, and a listed claim is never grantable. A claim the
 // Lease ever named is not a waiter (grantable), so it ends as a holder
-// does. While nothing is written the list is left as it is; a write drops
-// the listed claims that no longer exist. Nothing is written for a lock
-// whose new ledger waits for its revision (noWrite).
+// does. A listed claim stays listed until its end is seen: its status
+// Expired in the cache, or a live read (gather) showing it ended or gone.
+// A claim missing from the cache may only be one the cache has not shown
+// yet, which a write that forgot it would make grantable again. (A grant
+// of a claim with a deadline reads the claim live first, in act: a cache
+// may still show a claim Pending after another authority saw it end.)
 func acquireTimeouts(s snapshot, a action) action {
-	var due []types.UID
+	var due []fkv1.ClaimRef
 	for _, c := range s.claims {
 		limit := c.Spec.AcquireTimeoutSeconds
 		if limit == nil || !grantable(c, s.ledger) || (a.holder != nil && c.UID == a.holder.UID) {
@@ -205,25 +211,20 @@ func acquireTimeouts(s snapshot, a action) action {
 		}
 		switch left := seen.Add(time.Duration(*limit) * time.Second).Sub(s.now); {
 		case left <= 0:
-			due = append(due, c.UID)
+			due = append(due, fkv1.ClaimRef{Name: c.Name, UID: c.UID})
 		case a.timeoutWake == 0 || left < a.timeoutWake:
 			a.timeoutWake = left
 		}
 	}
-	for _, uid := range s.ledger.TimedOut {
-		if findClaim(s.claims, uid) != nil {
-			a.timedOut = append(a.timedOut, uid)
+	a.timedOut = slices.DeleteFunc(slices.Clone(s.ledger.TimedOut), func(r fkv1.ClaimRef) bool {
+		c := findClaim(s.claims, r.UID)
+		return s.timedOutGone[r.UID] || (c != nil && c.Status.Phase == fkv1.PhaseExpired)
+	})
+	if len(due) > 0 {
+		a.timedOut = append(a.timedOut, due...)
+		if a.kind == actKeep && s.hasLease && (!s.ledger.IsNew() || s.storageRevision != 0) {
+			a.kind = actRepair // the holder, if any, stays at its epoch
 		}
-	}
-	if len(due) == 0 {
-		if !a.kind.writesLease() {
-			a.timedOut = s.ledger.TimedOut
-		}
-		return a
-	}
-	a.timedOut = append(a.timedOut, due...)
-	if a.kind == actKeep && s.hasLease && (!s.ledger.IsNew() || s.storageRevision != 0) {
-		a.kind = actRepair // the holder, if any, stays at its epoch
 	}
 	if !a.kind.writesLease() {
 		a.timedOut = s.ledger.TimedOut

@@ -90,8 +90,52 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName, mem 
 	if g.waiterPods, err = r.waiterPods(ctx, lock.Namespace, g.claims, g.ledger); err != nil {
 		return g, err
 	}
+	var behind bool
+	if g.timedOutGone, behind, err = r.timedOutGone(ctx, lock.Namespace, g.ledger, g.claims); err != nil {
+		return g, err
+	}
+	g.cacheBehind = g.cacheBehind || behind
 	g.uncertain = mem.uncertain
 	return g, nil
+}
+
+// timedOutGone reads live the claims the Lease lists as timed out that the
+// cache does not show (the rare path: a claim deleted after its timeout, or
+// one this cache has not seen yet), and returns those that ended or are
+// gone, which a Lease write may stop listing. One that exists and still
+// waits means the cache is behind: nothing is decided until it catches up.
+func (r *Reconciler) timedOutGone(ctx context.Context, ns string, led fkv1.Ledger, claims []*fkv1.FencedLease) (map[types.UID]bool, bool, error) {
+	var gone map[types.UID]bool
+	for _, ref := range led.TimedOut {
+		if findClaim(claims, ref.UID) != nil {
+			continue
+		}
+		ended, err := r.claimEnded(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, ref.UID)
+		if err != nil {
+			return nil, false, err
+		}
+		if !ended {
+			return nil, true, nil
+		}
+		if gone == nil {
+			gone = map[types.UID]bool{}
+		}
+		gone[ref.UID] = true
+	}
+	return gone, false, nil
+}
+
+// claimEnded reads claim key live: true when it is gone (or re-created with
+// another UID than uid) or Expired, so it can never be granted.
+func (r *Reconciler) claimEnded(ctx context.Context, key types.NamespacedName, uid types.UID) (bool, error) {
+	var c fkv1.FencedLease
+	switch err := r.apiReader.Get(ctx, key, &c); {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading claim %s: %w", key, err)
+	}
+	return c.UID != uid || c.DeletionTimestamp != nil || c.Status.Phase == fkv1.PhaseExpired, nil
 }
 
 // renewalOf is the renewal signal of lease's holder: the holder, and its

@@ -18,9 +18,19 @@ func bounded(c *fkv1.FencedLease, seconds int32) *fkv1.FencedLease {
 	return c
 }
 
-func withTimedOut(l fkv1.Ledger, uids ...types.UID) fkv1.Ledger {
-	l.TimedOut = uids
+func withTimedOut(l fkv1.Ledger, names ...string) fkv1.Ledger {
+	for _, n := range names {
+		l.TimedOut = append(l.TimedOut, fkv1.ClaimRef{Name: n, UID: types.UID("uid-" + n)})
+	}
 	return l
+}
+
+func refNames(refs []fkv1.ClaimRef) []string {
+	var out []string
+	for _, r := range refs {
+		out = append(out, r.Name)
+	}
+	return out
 }
 
 func TestAcquireTimeouts(t *testing.T) {
@@ -31,7 +41,7 @@ func TestAcquireTimeouts(t *testing.T) {
 		snap         snapshot
 		wantKind     actionKind
 		wantHolder   string
-		wantTimedOut []types.UID
+		wantTimedOut []string
 		wantWake     time.Duration
 	}{
 		{
@@ -39,7 +49,7 @@ func TestAcquireTimeouts(t *testing.T) {
 			snap:         snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1, bounded(claim("w2", 1, "", 0), 0)}, firstSeen: map[types.UID]time.Time{"uid-w2": now}},
 			wantKind:     actRepair,
 			wantHolder:   "w1",
-			wantTimedOut: []types.UID{"uid-w2"},
+			wantTimedOut: []string{"w2"},
 		},
 		{
 			name:       "try-once on a free lock: granted",
@@ -57,21 +67,23 @@ func TestAcquireTimeouts(t *testing.T) {
 			snap:         snapshot{ledger: held(41, "w1"), claims: []*fkv1.FencedLease{w1, bounded(claim("w2", 1, "", 0), 10)}, firstSeen: map[types.UID]time.Time{"uid-w2": now.Add(-10 * time.Second)}},
 			wantKind:     actRepair,
 			wantHolder:   "w1",
-			wantTimedOut: []types.UID{"uid-w2"},
+			wantTimedOut: []string{"w2"},
 		},
 		{
 			name:         "a listed claim is never granted: the one behind it is, and the list is kept",
-			snap:         snapshot{ledger: withTimedOut(free(41), "uid-w2"), claims: []*fkv1.FencedLease{bounded(claim("w2", 1, fkv1.PhasePending, 0), 0), claim("w3", 2, fkv1.PhasePending, 0)}},
+			snap:         snapshot{ledger: withTimedOut(free(41), "w2"), claims: []*fkv1.FencedLease{bounded(claim("w2", 1, fkv1.PhasePending, 0), 0), claim("w3", 2, fkv1.PhasePending, 0)}},
 			wantKind:     actGrant,
 			wantHolder:   "w3",
-			wantTimedOut: []types.UID{"uid-w2"},
+			wantTimedOut: []string{"w2"},
 		},
 		{
-			name:         "a write drops listed claims that are gone",
-			snap:         snapshot{ledger: withTimedOut(free(41), "uid-gone", "uid-w2"), claims: []*fkv1.FencedLease{claim("w2", 1, fkv1.PhaseExpired, 0), claim("w3", 2, fkv1.PhasePending, 0)}},
+			name: "a write drops listed claims seen ended (Expired here, or gone by a live read), and keeps one the cache does not show",
+			snap: snapshot{ledger: withTimedOut(free(41), "gone", "unseen", "w2", "w4"),
+				claims:       []*fkv1.FencedLease{claim("w2", 1, fkv1.PhaseExpired, 0), claim("w3", 2, fkv1.PhasePending, 0), claim("w4", 0, fkv1.PhasePending, 0)},
+				timedOutGone: map[types.UID]bool{"uid-gone": true}},
 			wantKind:     actGrant,
 			wantHolder:   "w3",
-			wantTimedOut: []types.UID{"uid-w2"},
+			wantTimedOut: []string{"unseen", "w4"},
 		},
 		{
 			name:       "the holder is never timed out, whatever its limit",
@@ -93,11 +105,11 @@ func TestAcquireTimeouts(t *testing.T) {
 			if a.holder != nil {
 				holder = a.holder.Name
 			}
-			if a.kind != tc.wantKind || holder != tc.wantHolder || !slices.Equal(a.timedOut, tc.wantTimedOut) || a.timeoutWake != tc.wantWake {
+			if a.kind != tc.wantKind || holder != tc.wantHolder || !slices.Equal(refNames(a.timedOut), tc.wantTimedOut) || a.timeoutWake != tc.wantWake {
 				t.Fatalf("got kind %v holder %q timedOut %v wake %v; want kind %v holder %q timedOut %v wake %v",
-					a.kind, holder, a.timedOut, a.timeoutWake, tc.wantKind, tc.wantHolder, tc.wantTimedOut, tc.wantWake)
+					a.kind, holder, refNames(a.timedOut), a.timeoutWake, tc.wantKind, tc.wantHolder, tc.wantTimedOut, tc.wantWake)
 			}
-			if a.kind == actGrant && slices.Contains(a.timedOut, a.holder.UID) {
+			if a.kind == actGrant && slices.Contains(refNames(a.timedOut), a.holder.Name) {
 				t.Fatalf("granted %s and timed it out in one write", a.holder.Name)
 			}
 		})
@@ -108,7 +120,7 @@ func TestAcquireTimeouts(t *testing.T) {
 // is never passed over as an unchanged waiter.
 func TestATimedOutClaimEndsWithoutAnEpoch(t *testing.T) {
 	w2 := bounded(claim("w2", 1, fkv1.PhasePending, 0), 5)
-	in := statusInputs{ledger: withTimedOut(held(41, "w1"), "uid-w2")}
+	in := statusInputs{ledger: withTimedOut(held(41, "w1"), "w2")}
 	queued, _ := desiredStatus(w2, statusInputs{ledger: held(41, "w1")})
 	w2.Status = queued
 	if queuedAsBefore(w2, in) {

@@ -2,6 +2,8 @@ package authority_test
 
 import (
 	"fmt"
+	"net/http"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -11,6 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
+	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/fault"
 )
 
 // Bounded waits (docs/design.md §5): a claim still Pending its
@@ -139,5 +143,37 @@ var _ = Describe("Acquire timeouts", func() {
 		h.verifyLeases()
 		Expect(granted).To(BeNumerically(">", 0), "no release came before a deadline")
 		Expect(timedOut).To(BeNumerically(">", 0), "no deadline came before a release")
+	})
+
+	It("never grants a timed-out claim that a stale claim cache still shows waiting, after another authority saw it end", func() {
+		a := startManager(time.Second)
+		DeferCleanup(func() { a.Stop() })
+		holder := createClaim(ns, "holder", "stale", "H", 60)
+		eventuallyPhase(ns, holder.Name, fkv1.PhaseHeld)
+		x := createBounded("x", "stale", 4)
+		Eventually(func() string { return reasonOf(getClaim(ns, x.Name)) }, 10*time.Second).Should(Equal(fkv1.ReasonNext))
+
+		By("B's claim cache stops at X waiting; its Lease cache stays live")
+		claims := fault.NewWatchFreezer(func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/fencedleases") })
+		b, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns},
+			WrapTransport: func(rt http.RoundTripper) http.RoundTripper { return claims.Wrap(rt) }})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { claims.Thaw(); Expect(b.Stop()).To(Succeed()) })
+		time.Sleep(time.Second) // B's caches sync and show X waiting
+		claims.Freeze()
+
+		By("A times X out and sees it end; the holder releases and A's write stops listing X")
+		Expect(reasonOf(eventuallyPhase(ns, x.Name, fkv1.PhaseExpired))).To(Equal(fkv1.ReasonAcquireTimeout))
+		time.Sleep(time.Second) // A's cache shows X Expired
+		deleteClaim(holder)
+		Eventually(func() bool {
+			led := fkv1.ReadLedger(getLease(ns, "stale"), "stale")
+			return !led.Held() && !led.TimedOutClaim(x.UID)
+		}, 10*time.Second).Should(BeTrue(), "A freed the lock and stopped listing X")
+
+		By("B, whose cache shows X waiting on a free lock, must not grant it")
+		Consistently(func() bool { return namedByALease(x.UID) }, 3*time.Second).Should(BeFalse(), "a Lease named timed-out claim X")
+		Expect(everHeld(x.UID)).To(BeFalse())
+		h.verifyLeases()
 	})
 })

@@ -40,7 +40,7 @@ var _ = Describe("FencedLease validation by the apiserver", func() {
 	})
 
 	It("reports a spec field of the wrong type as the schema's error, not the claim-identity policy's", func() {
-		for field, value := range map[string]any{"leaseDurationSeconds": "30", "lockName": 7, "holderIdentity": true} {
+		for field, value := range map[string]any{"leaseDurationSeconds": "30", "lockName": 7, "holderIdentity": true, "acquireTimeoutSeconds": "5"} {
 			spec := map[string]any{"lockName": "report", "holderIdentity": "W1", "leaseDurationSeconds": int64(30)}
 			spec[field] = value
 			u := &unstructured.Unstructured{Object: map[string]any{
