@@ -43,6 +43,11 @@ func TestFlagAndArgumentErrors(t *testing.T) {
 		{"run ttl zero", []string{"run", "x", "--ttl", "0s", "--", "true"}, []string{"--ttl 0s: want whole seconds from 1s to 24h"}},
 		{"run ttl negative", []string{"run", "x", "--ttl", "-1s", "--", "true"}, []string{"--ttl -1s: want whole seconds from 1s to 24h"}},
 		{"run wait negative", []string{"run", "x", "--wait", "-1s", "--", "true"}, []string{"--wait -1s: want 0 (wait forever"}},
+		{"acquire wait too long", []string{"acquire", "x", "--wait", "24h0m1s"}, []string{"--wait 24h0m1s: want 0 (wait forever, the default) or a positive duration up to 24h"}},
+		{"run wait too long", []string{"run", "x", "--wait", "25h", "--", "true"}, []string{"--wait 25h0m0s: want 0 (wait forever, the default) or a positive duration up to 24h"}},
+		{"acquire no-wait and wait", []string{"acquire", "x", "--no-wait", "--wait", "5s"}, []string{"--no-wait and --wait 5s: pass one", "usage: kubectl fence acquire LOCK"}},
+		{"acquire no-wait and wait 0", []string{"acquire", "x", "--wait", "0", "--no-wait"}, []string{"--no-wait and --wait 0s: pass one"}},
+		{"run no-wait and wait", []string{"run", "x", "--no-wait", "--wait", "1m", "--", "true"}, []string{"--no-wait and --wait 1m0s: pass one", "usage: kubectl fence run LOCK"}},
 		{"run grace negative", []string{"run", "x", "--grace", "-1s", "--", "true"}, []string{"--grace -1s: want 0"}},
 		{"run unknown signal", []string{"run", "x", "--signal", "SIGFOO", "--", "true"}, []string{`unknown --signal "SIGFOO"`}},
 		// --holder, -o, lock names
@@ -79,6 +84,10 @@ func TestFlagAndArgumentErrors(t *testing.T) {
 		{"acquire ttl 1s wait 0", []string{"acquire", "x", "--ttl", "1s", "--wait", "0s"}, []string{noCluster}},
 		{"acquire ttl 24h json", []string{"acquire", "x", "--ttl", "24h", "-o", "json"}, []string{noCluster}},
 		{"run grace 0 wait 1s", []string{"run", "x", "--grace", "0s", "--wait", "1s", "--", "true"}, []string{noCluster}},
+		{"acquire wait 24h", []string{"acquire", "x", "--wait", "24h"}, []string{noCluster}},
+		{"acquire wait sub-second", []string{"acquire", "x", "--wait", "1500ms"}, []string{noCluster}},
+		{"acquire no-wait", []string{"acquire", "x", "--no-wait"}, []string{noCluster}},
+		{"run no-wait", []string{"run", "x", "--no-wait", "--", "true"}, []string{noCluster}},
 		{"release by claim", []string{"release", "c", "--ignore-not-found"}, []string{noCluster}},
 		{"release by lock", []string{"release", "--lock", "x", "--holder", "W1"}, []string{noCluster}},
 		{"status all", []string{"status", "-o", "yaml"}, []string{noCluster}},
@@ -126,9 +135,37 @@ func TestRunHelpDocumentsExitCodes(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("run --help: exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"Exit codes:", fmt.Sprintf("%d ", fencecli.ExitLeaseLost), "the lease was lost while COMMAND ran", "128+N"} {
+	for _, want := range []string{"Exit codes:", fmt.Sprintf("%d ", fencecli.ExitLeaseLost), "the lease was lost while COMMAND ran", "128+N",
+		fmt.Sprintf("%d ", fencecli.ExitNotAcquired), "not acquired, COMMAND not run"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("run --help does not say %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// acquire and run document --no-wait and that --wait is the claim's
+// server-side deadline, and acquire its exit codes.
+func TestWaitHelp(t *testing.T) {
+	for _, cmd := range []string{"acquire", "run"} {
+		code, stdout, stderr := runMain(t, cmd, "--help")
+		if code != 0 {
+			t.Fatalf("%s --help: exit %d: %s", cmd, code, stderr)
+		}
+		notAcquired := fmt.Sprintf("exit code %d", fencecli.ExitNotAcquired)
+		if line := helpLine(stdout, "--wait duration"); !strings.Contains(line, "acquireTimeoutSeconds") || !strings.Contains(line, "rounded up") || !strings.Contains(line, notAcquired) {
+			t.Errorf("%s --wait help does not say it sets acquireTimeoutSeconds, rounded up, or its exit code:\n%s", cmd, line)
+		}
+		if line := helpLine(stdout, "--no-wait"); !strings.Contains(line, "Try once") || !strings.Contains(line, notAcquired) {
+			t.Errorf("%s --no-wait help does not say it tries once, or its exit code:\n%s", cmd, line)
+		}
+	}
+	code, stdout, stderr := runMain(t, "acquire", "--help")
+	if code != 0 {
+		t.Fatalf("acquire --help: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"Exit codes:", fmt.Sprintf("%d   not acquired", fencecli.ExitNotAcquired), "0    acquired", "1    acquire failed itself"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("acquire --help does not say %q:\n%s", want, stdout)
 		}
 	}
 }

@@ -62,12 +62,31 @@ func Main(args []string, streams Streams) int {
 	if errors.As(err, &exit) {
 		return int(exit)
 	}
+	var na notAcquired
+	if errors.As(err, &na) {
+		fmt.Fprintln(streams.ErrOut, "error:", na.Error())
+		return ExitNotAcquired
+	}
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "error:", explain(err))
 		return 1
 	}
 	return 0
 }
+
+// ExitNotAcquired is the exit code of acquire and run when the lock was not
+// granted: --no-wait found it taken, or --wait ran out (73, EX_CANTCREAT of
+// sysexits.h: the lock could not be taken). The authority ended the claim
+// and the command deleted it: nothing is left in the queue. Other failures
+// exit 1.
+const ExitNotAcquired = 73
+
+// notAcquired: the authority ended the claim without a grant (its
+// acquireTimeoutSeconds); the command exits ExitNotAcquired.
+type notAcquired struct{ err error }
+
+func (e notAcquired) Error() string { return e.err.Error() }
+func (e notAcquired) Unwrap() error { return e.err }
 
 // exitCode is returned by `run` to pass the child's exit code through.
 type exitCode int

@@ -50,11 +50,19 @@ holds the lock now. When COMMAND exits the lock is released.
 Exit codes:
   COMMAND's own   COMMAND exited while the lease was held (128+N when signal N ended it)
   75              the lease was lost while COMMAND ran (EX_TEMPFAIL), whatever COMMAND then exited with
-  1               run failed itself: bad flags, no cluster, no lock within --wait`,
+  73              not acquired, COMMAND not run: --no-wait found the lock taken, or --wait ran out
+  1               run failed itself: bad flags, no cluster, no decision from the authority
+
+--wait D bounds the wait on the server too: the claim's acquireTimeoutSeconds
+is D rounded up to whole seconds, so the authority ends the claim if it is
+still waiting then, even if run was killed meanwhile (a killed run never
+gets the lock, and the waiters behind it do not wait for it). --no-wait
+tries once: the lock at the authority's first decision, or exit 73.`,
 		Example: `  kubectl fence run -n reports report-2026-07 --holder W1 --ttl 30s -- ./publish-report.sh
-  kubectl fence run -n reports report-2026-07 -- sh -c 'echo "epoch $FENCEKEEPER_EPOCH"'`,
+  kubectl fence run -n reports report-2026-07 -- sh -c 'echo "epoch $FENCEKEEPER_EPOCH"'
+  kubectl fence run -n reports report-2026-07 --no-wait -- ./publish-report.sh`,
 		Args: runArgs,
-		PreRunE: func(*cobra.Command, []string) error {
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			var ok bool
 			if sig, ok = signals[sigName]; !ok {
 				return fmt.Errorf("unknown --signal %q: use one of %v", sigName, sets.List(sets.KeySet(signals)))
@@ -62,7 +70,7 @@ Exit codes:
 			if grace < 0 {
 				return fmt.Errorf("--grace %v: want 0 (SIGKILL at once) or a positive duration such as 10s", grace)
 			}
-			return f.validate()
+			return f.validate(cmd)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lc, c, ns, err := o.clients()
@@ -73,12 +81,9 @@ Exit codes:
 			defer stop()
 			ctx, cancel := f.context(sigCtx)
 			defer cancel()
-			l, err := lc.Acquire(ctx, args[0], f.holder, lease.Options{RequestID: f.requestID, TTL: f.ttl})
+			l, err := lc.Acquire(ctx, args[0], f.holder, f.options())
 			if err != nil {
-				if ctx.Err() != nil {
-					return fmt.Errorf("gave up waiting for lock %s/%s (left the queue): %w", ns, args[0], ctx.Err())
-				}
-				return err
+				return f.waitFailed(ctx, c, ns, args[0], err)
 			}
 			stop() // from here on, signals go to the child
 			return runHeld(o, c, l, ns, args[1:], sigName, sig, grace)

@@ -60,9 +60,13 @@ func validTTL(ttl time.Duration) error {
 	return nil
 }
 
+// maxWait is the longest --wait of acquire and run: it is the claim's
+// acquireTimeoutSeconds (0..86400).
+const maxWait = 24 * time.Hour
+
 func validWait(wait time.Duration) error {
-	if wait < 0 {
-		return fmt.Errorf("--wait %v: want 0 (wait forever, the default) or a positive duration such as 30s", wait)
+	if wait < 0 || wait > maxWait {
+		return fmt.Errorf("--wait %v: want 0 (wait forever, the default) or a positive duration up to 24h such as 30s", wait)
 	}
 	return nil
 }

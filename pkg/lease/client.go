@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -76,6 +77,22 @@ type Options struct {
 	SuspectMargin time.Duration
 	// RequestTimeout bounds each API request (default 5s, at most RenewInterval).
 	RequestTimeout time.Duration
+	// AcquireTimeout bounds the wait on the server too: it sets the claim's
+	// spec.acquireTimeoutSeconds (rounded up to whole seconds, so the wait
+	// is never cut shorter than asked; 0..24h), and the authority ends the
+	// claim if it is still waiting that long after it first observed it,
+	// even if this process is gone by then: a waiter that crashed never
+	// holds the lock. Acquire then returns ErrAcquireTimeout (and deletes
+	// the ended claim). 0 is try-once: granted at the authority's first
+	// decision, or ErrAcquireTimeout. nil: the claim waits until granted or
+	// deleted (ctx alone bounds the wait).
+	//
+	// ctx still bounds the wait as well: if it ends first, Acquire gives up
+	// and deletes the claim, a grant that came meanwhile included. To have
+	// the authority decide, give ctx a later deadline than AcquireTimeout
+	// (the time the authority takes to first observe the claim comes on
+	// top), or none: with no authority running nothing ends the claim.
+	AcquireTimeout *time.Duration
 	// OnTransition is called (synchronously, keep it short) on every state change.
 	OnTransition func(Transition)
 }
@@ -99,12 +116,28 @@ func (o *Options) defaults() error {
 	if o.RequestTimeout > o.RenewInterval {
 		o.RequestTimeout = o.RenewInterval
 	}
+	if o.AcquireTimeout != nil && (*o.AcquireTimeout < 0 || *o.AcquireTimeout > maxAcquireTimeout) {
+		return fmt.Errorf("AcquireTimeout %v: want 0 (try once) to 24h, or nil to wait until ctx ends", *o.AcquireTimeout)
+	}
 	if o.RequestID == "" {
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
 		o.RequestID = hex.EncodeToString(b)
 	}
 	return nil
+}
+
+// maxAcquireTimeout is the largest Options.AcquireTimeout (the CRD's
+// acquireTimeoutSeconds: 0..86400).
+const maxAcquireTimeout = 24 * time.Hour
+
+// acquireTimeoutSeconds is spec.acquireTimeoutSeconds for a wait of d:
+// whole seconds, rounded up (nil: unbounded).
+func acquireTimeoutSeconds(d *time.Duration) *int32 {
+	if d == nil {
+		return nil
+	}
+	return ptr.To(int32((*d + time.Second - 1) / time.Second))
 }
 
 // ClaimName is the FencedLease name for a lock, holder and request ID.
@@ -116,6 +149,18 @@ func ClaimName(lock, holder, requestID string) string {
 // Acquire queues for the lock and waits (until ctx is done) to hold it. If ctx
 // ends first the claim is deleted, leaving the queue cleanly. The returned
 // Lease is renewed in the background until it is released or lost.
+//
+// With opts.AcquireTimeout set, the authority bounds the wait as well: a
+// claim it ends for its timeout returns ErrAcquireTimeout (and is
+// deleted). The authority decides between a grant and a timeout on its own
+// ledger, never both, so a grant that came just before the deadline is
+// returned as a grant.
+//
+// The same lock, holder and RequestID name the same claim: a retry finds the
+// claim an earlier call created, and takes it as it is (its TTL and its
+// acquireTimeoutSeconds are immutable). A claim found with another
+// acquireTimeoutSeconds than opts asks for is an error: the two calls meant
+// different waits, and neither can be honoured with one claim.
 func (c *Client) Acquire(ctx context.Context, lock, holder string, opts Options) (*Lease, error) {
 	if err := ValidateLockName(lock); err != nil {
 		return nil, err
@@ -143,10 +188,11 @@ func (c *Client) Acquire(ctx context.Context, lock, holder string, opts Options)
 
 	g, err := c.waitGrant(ctx, l, claim)
 	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, ErrQueueFull) || errors.Is(err, errBadGrant) {
-			// Gave up waiting, turned away, or granted as nothing can
-			// trust: the claim would only stay behind (a turned-away claim
-			// is terminal) or block the lock for a TTL.
+		if ctx.Err() != nil || errors.Is(err, ErrQueueFull) || errors.Is(err, ErrAcquireTimeout) || errors.Is(err, errBadGrant) {
+			// Gave up waiting, turned away, timed out, or granted as
+			// nothing can trust: the claim would only stay behind (a
+			// turned-away or timed-out claim is terminal) or block the
+			// lock for a TTL.
 			c.leaveQueue(claim, opts.RequestTimeout)
 		}
 		l.transition(Idle, err.Error())
@@ -169,13 +215,27 @@ func (c *Client) Acquire(ctx context.Context, lock, holder string, opts Options)
 	return l, nil
 }
 
+// TryAcquire is Acquire with Options.AcquireTimeout 0 (whatever opts sets it
+// to): it asks for the lock once. It returns the Lease when the authority
+// grants the claim at its first decision, also when that grant raced the
+// deadline and won (the authority decides one or the other, never both),
+// and ErrAcquireTimeout when it does not (the lock is held, or others wait
+// first); the ended claim is deleted, so nothing stays in the queue. The
+// answer is the authority's: bound ctx (a few seconds) to give up when no
+// authority runs; ctx ending first deletes the claim as Acquire does.
+func (c *Client) TryAcquire(ctx context.Context, lock, holder string, opts Options) (*Lease, error) {
+	opts.AcquireTimeout = ptr.To(time.Duration(0))
+	return c.Acquire(ctx, lock, holder, opts)
+}
+
 // createClaim creates the claim, or finds it when an earlier attempt (whose
 // reply was lost) created it. Transient errors are retried with the same name.
 func (c *Client) createClaim(ctx context.Context, l *Lease) (*fkv1.FencedLease, error) {
 	want := &fkv1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: ClaimName(l.Lock, l.Holder, l.opts.RequestID)},
 		Spec: fkv1.FencedLeaseSpec{LockName: l.Lock, HolderIdentity: l.Holder,
-			LeaseDurationSeconds: ptr.To(int32(l.opts.TTL / time.Second))},
+			LeaseDurationSeconds:  ptr.To(int32(l.opts.TTL / time.Second)),
+			AcquireTimeoutSeconds: acquireTimeoutSeconds(l.opts.AcquireTimeout)},
 	}
 	backoff := 50 * time.Millisecond
 	for {
@@ -193,6 +253,11 @@ func (c *Client) createClaim(ctx context.Context, l *Lease) (*fkv1.FencedLease, 
 					return nil, fmt.Errorf("claim %s/%s exists for lock %q holder %q, not lock %q holder %q",
 						c.namespace, claim.Name, claim.Spec.LockName, claim.Spec.HolderIdentity, l.Lock, l.Holder)
 				}
+				if !ptr.Equal(claim.Spec.AcquireTimeoutSeconds, want.Spec.AcquireTimeoutSeconds) {
+					return nil, fmt.Errorf("claim %s/%s (request ID %q) exists with acquireTimeoutSeconds %s, not %s: the field is immutable; "+
+						"retry with the options of the call that created it, or use another request ID",
+						c.namespace, claim.Name, l.opts.RequestID, showSeconds(claim.Spec.AcquireTimeoutSeconds), showSeconds(want.Spec.AcquireTimeoutSeconds))
+				}
 				return claim, nil
 			}
 		}
@@ -207,6 +272,14 @@ func (c *Client) createClaim(ctx context.Context, l *Lease) (*fkv1.FencedLease, 
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// showSeconds shows an optional acquireTimeoutSeconds.
+func showSeconds(s *int32) string {
+	if s == nil {
+		return "unset (wait until granted)"
+	}
+	return strconv.Itoa(int(*s))
 }
 
 // Where a grant was seen first (the grants metric's source label).
@@ -324,6 +397,9 @@ func (c *Client) waitGrant(ctx context.Context, l *Lease, claim *fkv1.FencedLeas
 			if g, ok := leaseGrant(s.obj, l.Lock, claim.UID); ok {
 				return g, nil
 			}
+			if leaseTimedOut(s.obj, l.Lock, claim.UID) {
+				return grant{}, fmt.Errorf("claim %s: %w (the lock's Lease lists it as timed out)", key, ErrAcquireTimeout)
+			}
 		}
 	}
 }
@@ -341,6 +417,14 @@ func leaseGrant(lease *coordinationv1.Lease, lock string, uid types.UID) (grant,
 		return grant{}, false
 	}
 	return grant{epoch: led.Epoch, source: sourceLease, lease: lease}, true
+}
+
+// leaseTimedOut reports whether lease (the lock's Lease) records that the
+// authority ended the claim uid for its acquireTimeoutSeconds. That guarded
+// write is the timeout, as the Lease naming a claim is the grant: a listed
+// claim is never granted, and a claim the Lease named is never listed.
+func leaseTimedOut(lease *coordinationv1.Lease, lock string, uid types.UID) bool {
+	return fkv1.IsManagedLease(lease) && fkv1.ReadLedger(lease, lock).TimedOutClaim(uid)
 }
 
 // mayBeNext reports whether a waiting claim may be the next granted, so
@@ -361,8 +445,12 @@ func phaseDone(c *fkv1.FencedLease) (bool, error) {
 	case fkv1.PhaseHeld:
 		return true, nil
 	case fkv1.PhaseExpired:
-		if h := meta.FindStatusCondition(c.Status.Conditions, fkv1.ConditionHeld); h != nil && h.Reason == fkv1.ReasonQueueFull {
+		h := meta.FindStatusCondition(c.Status.Conditions, fkv1.ConditionHeld)
+		switch {
+		case h != nil && h.Reason == fkv1.ReasonQueueFull:
 			return true, fmt.Errorf("claim %s/%s: %w: %s", c.Namespace, c.Name, ErrQueueFull, h.Message)
+		case h != nil && h.Reason == fkv1.ReasonAcquireTimeout:
+			return true, fmt.Errorf("claim %s/%s: %w: %s", c.Namespace, c.Name, ErrAcquireTimeout, h.Message)
 		}
 		return true, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, ErrExpired)
 	}

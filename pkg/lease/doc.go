@@ -20,6 +20,14 @@
 // Lease by name, so a lock's Lease has O(1) watchers however many wait.
 // A holder watches both, and is LOST the moment either stops showing its
 // grant (the pair of claim UID and epoch), not only at its next renewal.
+// Waits can be bounded on the server: Options.AcquireTimeout sets the
+// claim's acquireTimeoutSeconds, so the authority ends a claim still waiting
+// then even if its process crashed (ErrAcquireTimeout; the library deletes
+// the ended claim), and TryAcquire asks once (AcquireTimeout 0). The
+// authority decides a grant or a timeout, never both, and the library
+// reports its decision: a grant that won the race against the deadline is a
+// grant. A retry by request ID takes the claim it finds as it is; one with
+// another acquireTimeoutSeconds (immutable) is an error.
 // Renewals update only the exact lease identity (the claim UID on the backing
 // Lease), resourceVersion-guarded. The safe time left is measured from when a
 // renewal that was acknowledged was *sent*; below a margin the lease is

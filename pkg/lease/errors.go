@@ -20,6 +20,11 @@ var (
 	// ErrQueueFull: the lock already had its maximum of waiting claims; the
 	// claim was turned away. Retry later.
 	ErrQueueFull = errors.New("fencekeeper: the lock's queue is full")
+	// ErrAcquireTimeout: the authority ended the claim without a grant
+	// because it was still waiting Options.AcquireTimeout after the authority
+	// first observed it (at once for TryAcquire). The claim never held the
+	// lock and was deleted. Not ErrExpired: nothing was held.
+	ErrAcquireTimeout = errors.New("fencekeeper: not granted within the acquire timeout")
 	// ErrReleaseUncertain: the release request's outcome is unknown (a lost
 	// reply). The claim is either gone or will expire; repeating is harmless.
 	ErrReleaseUncertain = errors.New("fencekeeper: release outcome unknown; the claim will expire if it was not deleted")

@@ -74,3 +74,24 @@ func ExampleStamp() {
 	_ = cm.Labels["fencekeeper.io/lock"]       // "report-2026-07"
 	_ = cm.Annotations["fencekeeper.io/epoch"] // "42"
 }
+
+// TryAcquire asks once: the lock now, or ErrAcquireTimeout (the claim is
+// gone again, nothing waits in the queue).
+func ExampleClient_TryAcquire() {
+	holders, err := lease.NewClient(config.GetConfigOrDie(), "reports")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // in case no authority answers
+	l, err := holders.TryAcquire(ctx, "report-2026-07", "W1", lease.Options{TTL: 30 * time.Second})
+	cancel() // the lease does not depend on it
+	switch {
+	case errors.Is(err, lease.ErrAcquireTimeout):
+		log.Print("someone else has the report; skipping this run")
+		return
+	case err != nil:
+		log.Fatal(err)
+	}
+	defer func() { _ = l.Release(context.Background()) }()
+	_ = computeReport(l.Context())
+}

@@ -241,12 +241,10 @@ while true; do sleep 0.1; done`
 		Expect(words[1]).To(Equal(claim))
 
 		By("a second holder times out in the queue and leaves it")
-		cmd := fence(ns, "acquire", "report", "--holder", "W2", "--wait", "1s")
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		Expect(cmd.Run()).NotTo(Succeed())
-		Expect(stderr.String()).To(ContainSubstring("timed out after 1s waiting for lock " + ns + "/report (left the queue)"))
-		Eventually(func() []fkv1.FencedLease { return claimsIn(ns) }, 5*time.Second).Should(HaveLen(1))
+		code, _, stderr := fenceExit(ns, nil, "acquire", "report", "--holder", "W2", "--wait", "1s")
+		Expect(code).To(Equal(fencecli.ExitNotAcquired), stderr)
+		Expect(stderr).To(ContainSubstring("not granted within --wait 1s: held by W1 with epoch %d; the claim left the queue", e1))
+		Expect(claimsIn(ns)).To(HaveLen(1))
 
 		out, err = fence(ns, "release", words[1]).Output()
 		Expect(err).NotTo(HaveOccurred())
