@@ -46,21 +46,24 @@ const gracefulWaits = " (fenced waits on the release, then its grant seen; clien
 var goals = []goal{
 	{figure: "floor_ms", value: latOf(floorMS), num: p50(floorMS), den: p50(floorMS),
 		target: "(the unit: every floor round trip of the run; each phase is judged against its own, floor_by_phase_ms)"},
-	p50Goal(goal{figure: "grant_existing_ms p50", key: "grant_existing_p50_over_floor_p50", value: vsFloor(grantExistingMS, "grant_existing"),
-		cmp: atMost, limit: 3.5, target: "p50 <= %gx its phase's floor p50"}, grantExistingMS, phaseFloor("grant_existing")),
-	tailGoal(goal{figure: "grant_existing_ms p99", key: "grant_existing_p99_over_floor_p99", value: vsFloor(grantExistingMS, "grant_existing"),
-		cmp: atMost, limit: 4, target: "p99 <= %gx its phase's floor p99"}, grantExistingMS, phaseFloor("grant_existing")),
-	p50Goal(goal{figure: "grant_new_ms p50", key: "grant_new_p50_over_floor_p50", value: vsFloor(grantNewMS, "grant_new"),
-		cmp: atMost, limit: 5, target: "p50 <= %gx its phase's floor p50"}, grantNewMS, phaseFloor("grant_new")),
-	tailGoal(goal{figure: "grant_new_ms p99", key: "grant_new_p99_over_floor_p99", value: vsFloor(grantNewMS, "grant_new"),
-		cmp: atMost, limit: 6, target: "p99 <= %gx its phase's floor p99"}, grantNewMS, phaseFloor("grant_new")),
+	// Grants and handoffs are judged on the clock holders go by: a watch of
+	// the Lease sees it name the claim (docs/design.md §5); the claim's Held
+	// status follows, off the critical path (the claim_held rows).
+	p50Goal(goal{figure: "grant_existing_ms p50 (the Lease names the claim)", key: "grant_existing_p50_over_floor_p50", value: vsFloor(grantExistingLeaseMS, "grant_existing"),
+		cmp: atMost, limit: 3.5, target: "p50 <= %gx its phase's floor p50"}, grantExistingLeaseMS, phaseFloor("grant_existing")),
+	tailGoal(goal{figure: "grant_existing_ms p99 (the Lease names the claim)", key: "grant_existing_p99_over_floor_p99", value: vsFloor(grantExistingLeaseMS, "grant_existing"),
+		cmp: atMost, limit: 4, target: "p99 <= %gx its phase's floor p99"}, grantExistingLeaseMS, phaseFloor("grant_existing")),
+	p50Goal(goal{figure: "grant_new_ms p50 (the Lease names the claim)", key: "grant_new_p50_over_floor_p50", value: vsFloor(grantNewLeaseMS, "grant_new"),
+		cmp: atMost, limit: 5, target: "p50 <= %gx its phase's floor p50"}, grantNewLeaseMS, phaseFloor("grant_new")),
+	tailGoal(goal{figure: "grant_new_ms p99 (the Lease names the claim)", key: "grant_new_p99_over_floor_p99", value: vsFloor(grantNewLeaseMS, "grant_new"),
+		cmp: atMost, limit: 6, target: "p99 <= %gx its phase's floor p99"}, grantNewLeaseMS, phaseFloor("grant_new")),
 	handoffGoal("waiters_1", 3, ""),
 	handoffGoal("waiters_10", 3.5, " (no goal of its own: judged at the 1,000-waiter bound)"),
 	handoffGoal("waiters_1000", 3.5, ""),
-	p50Goal(goal{figure: "grant_lease_seen_ms p50 (new lock; a Lease watch sees the grant)", key: "grant_lease_seen_p50_over_floor_p50",
-		value:  vsFloor(func(r report) latency { return r.GrantLeaseSeenMS }, "grant_new"),
-		target: "(diagnostic: the new-lock grant goal's clock, stopped by a watch of the Lease)"},
-		func(r report) latency { return r.GrantLeaseSeenMS }, phaseFloor("grant_new")),
+	p50Goal(goal{figure: "grant_existing_claim_held_ms p50", key: "grant_existing_claim_held_p50_over_floor_p50", value: vsFloor(grantExistingMS, "grant_existing"),
+		target: "(diagnostic: until the claim's status shows Held, written after the Lease)"}, grantExistingMS, phaseFloor("grant_existing")),
+	p50Goal(goal{figure: "grant_new_claim_held_ms p50", key: "grant_new_claim_held_p50_over_floor_p50", value: vsFloor(grantNewMS, "grant_new"),
+		target: "(diagnostic: until the claim's status shows Held, written after the Lease)"}, grantNewMS, phaseFloor("grant_new")),
 	claimHeldGoal("waiters_1"),
 	claimHeldGoal("waiters_1000"),
 	chainGoal("grant chain, new lock: server time of its requests", "grant_new_chain_server_over_floor_server", "grant_new", grantNewChain),
@@ -341,4 +344,8 @@ func phaseFloor(phase string) func(report) latency {
 func floorMS(r report) latency         { return r.FloorMS }
 func grantNewMS(r report) latency      { return r.GrantNewMS }
 func grantExistingMS(r report) latency { return r.GrantExistingMS }
-func takeoverMS(r report) latency      { return r.TakeoverOvershootMS }
+func grantNewLeaseMS(r report) latency { return r.GrantLeaseSeenMS }
+func grantExistingLeaseMS(r report) latency {
+	return r.GrantExistingLeaseSeenMS
+}
+func takeoverMS(r report) latency { return r.TakeoverOvershootMS }

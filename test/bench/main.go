@@ -123,7 +123,7 @@ func run(quick bool, p params, only steps) error {
 			r.FloorByPhaseMS[phase], r.RequestCostMS[phase] = t.floor, t.cost
 			writes := round2(t.writes / float64(p.grantN))
 			if phase == "grant_existing" {
-				r.GrantExistingMS, r.WritesPerGrantExisting = t.held, writes
+				r.GrantExistingMS, r.GrantExistingLeaseSeenMS, r.WritesPerGrantExisting = t.held, t.named, writes
 			} else {
 				r.GrantNewMS, r.GrantMS, r.GrantLeaseSeenMS, r.WritesPerGrantNew, r.WritesPerGrant = t.held, t.held, t.named, writes, writes
 			}

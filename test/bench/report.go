@@ -84,9 +84,11 @@ type report struct {
 	// GrantLeaseSeenMS and HandoffLeaseSeenMS: the same clocks as GrantMS
 	// and HandoffMS, stopped when a watch of the Lease first sees it name the
 	// claim (what a holder learning of its grant from the Lease would see).
-	GrantLeaseSeenMS   latency            `json:"grant_lease_seen_ms"`
-	HandoffLeaseSeenMS map[string]latency `json:"handoff_lease_seen_ms"`
-	Ratios             map[string]float64 `json:"ratios"`
+	GrantLeaseSeenMS latency `json:"grant_lease_seen_ms"`
+	// GrantExistingLeaseSeenMS: the same for grants on existing locks.
+	GrantExistingLeaseSeenMS latency            `json:"grant_existing_lease_seen_ms"`
+	HandoffLeaseSeenMS       map[string]latency `json:"handoff_lease_seen_ms"`
+	Ratios                   map[string]float64 `json:"ratios"`
 }
 
 // writeReport fills in the ratios and writes .bench/report.json.
