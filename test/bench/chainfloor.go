@@ -94,17 +94,7 @@ func chainFloor(ctx context.Context, cfg *rest.Config, cycles, conc int) (float6
 	if err := workers(conc, func(w int) error { return cycle(w, 0) }); err != nil { // warm-up
 		return 0, err
 	}
-	per := cycles / conc
-	start := time.Now()
-	err = workers(conc, func(w int) error {
-		for j := 1; j <= per; j++ {
-			if err := cycle(w, j); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return float64(per*conc) / time.Since(start).Seconds(), err
+	return timedCycles(cycles, conc, cycle)
 }
 
 // standIn is the claim as an object of the stand-in CRD.

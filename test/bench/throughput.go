@@ -43,9 +43,15 @@ func grantThroughput(ctx context.Context, c client.WithWatch, cycles, conc int) 
 	if err := waitFree(ctx, c, ns, conc); err != nil {
 		return 0, err
 	}
+	return timedCycles(cycles, conc, cycle)
+}
+
+// timedCycles runs cycle(w, 1) .. cycle(w, cycles/conc) on each of conc
+// workers w at once: cycles a second.
+func timedCycles(cycles, conc int, cycle func(w, j int) error) (float64, error) {
 	per := cycles / conc
 	start := time.Now()
-	err = workers(conc, func(w int) error {
+	err := workers(conc, func(w int) error {
 		for j := 1; j <= per; j++ {
 			if err := cycle(w, j); err != nil {
 				return err

@@ -9,7 +9,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -30,7 +29,6 @@ var _ = Describe("Acquire timeouts", func() {
 	BeforeEach(func() {
 		ns = newNamespace()
 		h = recordHistory(ns)
-		DeferCleanup(func() { h.stop() })
 	})
 
 	createBounded := func(name, lock string, seconds int32) *fkv1.FencedLease {
@@ -45,28 +43,6 @@ var _ = Describe("Acquire timeouts", func() {
 		}
 		return ""
 	}
-	// namedByALease reports whether any Lease version seen named uid.
-	namedByALease := func(uid types.UID) bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		for _, l := range h.leases {
-			if l.Annotations[fkv1.AnnotationClaimUID] == string(uid) {
-				return true
-			}
-		}
-		return false
-	}
-	everHeld := func(uid types.UID) bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		for _, c := range h.claims {
-			if c.UID == uid && (c.Status.Phase == fkv1.PhaseHeld || c.Status.Epoch != 0) {
-				return true
-			}
-		}
-		return false
-	}
-
 	It("ends a waiter not granted in time without an epoch, ends a try-once claim at once, and grants the next waiter at the release", func() {
 		m := startManager(time.Second)
 		DeferCleanup(func() { m.Stop() })
@@ -91,8 +67,8 @@ var _ = Describe("Acquire timeouts", func() {
 		h.verifyClaims()
 		h.verifyLeases()
 		for _, c := range []*fkv1.FencedLease{w2, once} {
-			Expect(namedByALease(c.UID)).To(BeFalse(), "a Lease named timed-out claim %s", c.Name)
-			Expect(everHeld(c.UID)).To(BeFalse(), "timed-out claim %s was Held", c.Name)
+			Expect(h.NamedWith(c.UID)).To(BeEmpty(), "a Lease named timed-out claim %s", c.Name)
+			Expect(h.EverHeld(c.UID)).To(BeFalse(), "timed-out claim %s was Held", c.Name)
 		}
 	})
 
@@ -135,8 +111,8 @@ var _ = Describe("Acquire timeouts", func() {
 		for i := range offsets {
 			w := getClaim(ns, fmt.Sprintf("w-race-%d", i))
 			if reasonOf(w) == fkv1.ReasonAcquireTimeout {
-				Expect(namedByALease(w.UID)).To(BeFalse(), "a Lease named timed-out claim %s", w.Name)
-				Expect(everHeld(w.UID)).To(BeFalse(), "timed-out claim %s was Held", w.Name)
+				Expect(h.NamedWith(w.UID)).To(BeEmpty(), "a Lease named timed-out claim %s", w.Name)
+				Expect(h.EverHeld(w.UID)).To(BeFalse(), "timed-out claim %s was Held", w.Name)
 			}
 		}
 		h.verifyClaims()
@@ -172,8 +148,8 @@ var _ = Describe("Acquire timeouts", func() {
 		}, 10*time.Second).Should(BeTrue(), "A freed the lock and stopped listing X")
 
 		By("B, whose cache shows X waiting on a free lock, must not grant it")
-		Consistently(func() bool { return namedByALease(x.UID) }, 3*time.Second).Should(BeFalse(), "a Lease named timed-out claim X")
-		Expect(everHeld(x.UID)).To(BeFalse())
+		Consistently(func() []string { return h.NamedWith(x.UID) }, 3*time.Second).Should(BeEmpty(), "a Lease named timed-out claim X")
+		Expect(h.EverHeld(x.UID)).To(BeFalse())
 		h.verifyLeases()
 	})
 })

@@ -32,7 +32,6 @@ var _ = Describe("Lock controller", func() {
 	BeforeEach(func() {
 		ns = newNamespace()
 		h = recordHistory(ns)
-		DeferCleanup(func() { h.stop() })
 	})
 	startDefault := func() {
 		mgr = startManager(time.Second)
@@ -446,9 +445,7 @@ var _ = Describe("Lock controller", func() {
 			m2.Stop()
 		}
 		h.verifyClaims() // also: never Held without an epoch, no claim changed its epoch
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		for _, c := range h.claims {
+		for _, c := range h.Claims() {
 			if c.Name[0] == 'b' {
 				Expect(c.Status.Phase).NotTo(Equal(fkv1.PhaseHeld), "%s was shown Held: with which epoch?", c.Name)
 			}

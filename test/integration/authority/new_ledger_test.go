@@ -51,7 +51,6 @@ var _ = Describe("A new ledger", func() {
 	It("starts above every epoch issued before when the free Lease's create reply is lost", func() {
 		ns := newNamespace()
 		h := recordHistory(ns)
-		DeferCleanup(h.stop)
 		lost := &loseCreateReply{ns: ns, happened: make(chan struct{})}
 		lost.armed.Store(true)
 		m, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns}, WrapTransport: lost.wrap})
@@ -80,7 +79,6 @@ var _ = Describe("A new ledger", func() {
 	It("is created by one of two authorities at once, and each epoch is granted once", func() {
 		ns := newNamespace()
 		h := recordHistory(ns)
-		DeferCleanup(h.stop)
 		a := startManagerWith(envtestutil.ManagerOptions{Namespaces: []string{ns}})
 		DeferCleanup(a.Stop)
 		b := startManagerWith(envtestutil.ManagerOptions{Namespaces: []string{ns}})

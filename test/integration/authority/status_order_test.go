@@ -50,7 +50,6 @@ var _ = Describe("Claim status order", func() {
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { Expect(m.Stop()).To(Succeed()) })
 		h := recordHistory(ns)
-		DeferCleanup(h.stop)
 
 		for round := 0; round < 3; round++ {
 			left.Store(3)
@@ -67,11 +66,9 @@ var _ = Describe("Claim status order", func() {
 
 		By("replaying the watched claim history: at most one Held claim per lock at any point")
 		time.Sleep(500 * time.Millisecond)
-		h.mu.Lock()
-		defer h.mu.Unlock()
 		phase := map[string]map[string]fkv1.FencedLeasePhase{}
 		sawHeld := 0
-		for _, c := range h.claims {
+		for _, c := range h.Claims() {
 			if phase[c.Spec.LockName] == nil {
 				phase[c.Spec.LockName] = map[string]fkv1.FencedLeasePhase{}
 			}

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +26,7 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	claimhistory "github.com/fencekeeper/fencekeeper/test/history"
 )
 
 var (
@@ -192,59 +192,24 @@ func renew(ns, lock string, claimUID string) error {
 }
 
 // history records every state of every claim and Lease in a namespace, as
-// delivered by watches, so tests check the sequence and not just the end.
-type history struct {
-	mu     sync.Mutex
-	claims []fkv1.FencedLease
-	leases []coordinationv1.Lease
-	stop   context.CancelFunc
-}
+// delivered by watches (test/history), so tests check the sequence and not
+// just the end.
+type history struct{ *claimhistory.History }
 
+// recordHistory records ns's history until the spec ends.
 func recordHistory(ns string) *history {
-	h := &history{}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.stop = cancel
-	cw, err := k8s.Watch(ctx, &fkv1.FencedLeaseList{}, client.InNamespace(ns))
-	Expect(err).NotTo(HaveOccurred())
-	lw, err := k8s.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(ns))
-	Expect(err).NotTo(HaveOccurred())
-	go func() {
-		for ev := range cw.ResultChan() {
-			if c, ok := ev.Object.(*fkv1.FencedLease); ok {
-				h.mu.Lock()
-				h.claims = append(h.claims, *c.DeepCopy())
-				h.mu.Unlock()
-			}
-		}
-	}()
-	go func() {
-		for ev := range lw.ResultChan() {
-			if l, ok := ev.Object.(*coordinationv1.Lease); ok {
-				h.mu.Lock()
-				h.leases = append(h.leases, *l.DeepCopy())
-				h.mu.Unlock()
-			}
-		}
-	}()
-	go func() {
-		<-ctx.Done()
-		cw.Stop()
-		lw.Stop()
-	}()
-	return h
+	return &history{claimhistory.Record(k8s, ns)}
 }
 
 // grants returns, per lock, the (epoch -> claim UID) pairs seen in claim
 // statuses, failing on any epoch held by two claims or any claim whose epoch
 // changed or whose phase went backward.
 func (h *history) verifyClaims() map[string]map[int64]string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	byLock := map[string]map[int64]string{}
 	epochOf := map[string]int64{}
 	rank := map[fkv1.FencedLeasePhase]int{"": 0, fkv1.PhasePending: 1, fkv1.PhaseHeld: 2, fkv1.PhaseExpired: 3}
 	phaseOf := map[string]fkv1.FencedLeasePhase{}
-	for _, c := range h.claims {
+	for _, c := range h.Claims() {
 		uid := string(c.UID)
 		ExpectWithOffset(1, rank[c.Status.Phase]).To(BeNumerically(">=", rank[phaseOf[uid]]),
 			"claim %s moved back from %s to %s", c.Name, phaseOf[uid], c.Status.Phase)
@@ -272,12 +237,10 @@ func (h *history) verifyClaims() map[string]map[int64]string {
 // backward, and each epoch names at most one claim. Returns the epochs in
 // grant order per lock.
 func (h *history) verifyLeases() map[string][]int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	last := map[string]int64{}
 	holderOf := map[string]map[int64]string{}
 	order := map[string][]int64{}
-	for _, l := range h.leases {
+	for _, l := range h.Leases() {
 		var e int64
 		_, _ = fmt.Sscan(l.Annotations[fkv1.AnnotationEpoch], &e)
 		if e == 0 {
@@ -320,11 +283,9 @@ func storageRevision() int64 {
 
 // firstLease is the first version of lock's Lease the history saw.
 func (h *history) firstLease(lock string) *coordinationv1.Lease {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for i := range h.leases {
-		if h.leases[i].Name == lock {
-			return h.leases[i].DeepCopy()
+	for _, l := range h.Leases() {
+		if l.Name == lock {
+			return &l
 		}
 	}
 	Fail("no Lease of lock " + lock + " was seen")

@@ -151,7 +151,6 @@ var _ = Describe("A term floor read answered late", func() {
 	It("never starts a new ledger for a later need, after a Lease lived and went unseen", func() {
 		s := stageUnseenLease("unseen")
 		h := recordHistory(s.ns)
-		DeferCleanup(h.stop)
 		By("B grants W1 from a Lease of its own, and A looks at that Lease")
 		s.startAuthorityB()
 		e1 := eventuallyPhase(s.ns, s.w1.Name, fkv1.PhaseHeld).Status.Epoch

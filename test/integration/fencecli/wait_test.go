@@ -20,6 +20,7 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/pkg/fencecli"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/history"
 )
 
 // epochClaim parses acquire's "EPOCH CLAIM".
@@ -37,19 +38,19 @@ func epochClaim(out string) (int64, string) {
 var _ = Describe("kubectl fence --wait and --no-wait", func() {
 	var (
 		ns string
-		h  *history
+		h  *history.History
 	)
 	BeforeEach(func() {
 		var err error
 		ns, err = envtestutil.NewNamespace(ctx, admin, "bounded")
 		Expect(err).NotTo(HaveOccurred())
-		h = recordHistory(ns)
+		h = history.Record(admin, ns)
 	})
 
 	// onlyClaim is the UID of the one claim of lock by holder seen so far.
 	onlyClaim := func(lock, holder string) func() types.UID {
 		return func() types.UID {
-			if uids := h.claimsOf(lock, holder); len(uids) == 1 {
+			if uids := h.ClaimsOf(lock, holder); len(uids) == 1 {
 				return uids[0]
 			}
 			return ""
@@ -58,7 +59,7 @@ var _ = Describe("kubectl fence --wait and --no-wait", func() {
 	// queued: the authority has observed the claim (its status is written).
 	queued := func(uid types.UID) func() fkv1.FencedLeasePhase {
 		return func() fkv1.FencedLeasePhase {
-			if c := h.last(uid); c != nil {
+			if c := h.Last(uid); c != nil {
 				return c.Status.Phase
 			}
 			return ""
@@ -81,7 +82,7 @@ var _ = Describe("kubectl fence --wait and --no-wait", func() {
 		By("W3 queues behind W2, with no deadline")
 		// The queue is ordered by creationTimestamp (whole seconds), then
 		// name: W3's claim is made in a later second than W2's.
-		time.Sleep(time.Until(h.last(w2UID).CreationTimestamp.Add(1100 * time.Millisecond)))
+		time.Sleep(time.Until(h.Last(w2UID).CreationTimestamp.Add(1100 * time.Millisecond)))
 		w3 := fence(ns, "acquire", "crash", "--holder", "W3", "--ttl", "30s")
 		var w3Out, w3Err bytes.Buffer
 		w3.Stdout, w3.Stderr = &w3Out, &w3Err
@@ -92,7 +93,7 @@ var _ = Describe("kubectl fence --wait and --no-wait", func() {
 		Eventually(onlyClaim("crash", "W3"), 10*time.Second, 10*time.Millisecond).ShouldNot(BeEmpty())
 		w3UID := onlyClaim("crash", "W3")()
 		Eventually(queued(w3UID), 10*time.Second, 10*time.Millisecond).Should(Equal(fkv1.PhasePending))
-		Expect(meta.FindStatusCondition(h.last(w3UID).Status.Conditions, fkv1.ConditionHeld).Reason).To(Equal(fkv1.ReasonQueued),
+		Expect(meta.FindStatusCondition(h.Last(w3UID).Status.Conditions, fkv1.ConditionHeld).Reason).To(Equal(fkv1.ReasonQueued),
 			"W3 is not behind W2")
 
 		By("W2 is killed with SIGKILL: it can neither leave the queue nor renew")
@@ -104,7 +105,7 @@ var _ = Describe("kubectl fence --wait and --no-wait", func() {
 
 		By("H releases once W2's deadline has passed (the authority's record of it, or 5s past it at most)")
 		deadline := w2Started.Add(3 * time.Second)
-		for !h.listedTimedOut(w2UID) && time.Now().Before(deadline.Add(5*time.Second)) {
+		for !h.ListedTimedOut(w2UID) && time.Now().Before(deadline.Add(5*time.Second)) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		Expect(time.Now()).To(BeTemporally(">=", deadline))
@@ -120,16 +121,16 @@ var _ = Describe("kubectl fence --wait and --no-wait", func() {
 		Expect(w3Epoch).To(Equal(hEpoch+1), "W2 took an epoch")
 
 		By("W2's claim ended AcquireTimeout with no epoch, was never Held, and no Lease version named it")
-		Eventually(func() bool { return h.everTimedOut(w2UID) }, 5*time.Second).Should(BeTrue())
-		last := h.last(w2UID)
+		Eventually(func() bool { return h.EverTimedOut(w2UID) }, 5*time.Second).Should(BeTrue())
+		last := h.Last(w2UID)
 		Expect(last.Spec.AcquireTimeoutSeconds).To(Equal(ptr.To[int32](3)), "--wait 3s is acquireTimeoutSeconds 3")
 		Expect(last.Status.Phase).To(Equal(fkv1.PhaseExpired))
 		Expect(meta.FindStatusCondition(last.Status.Conditions, fkv1.ConditionHeld).Reason).To(Equal(fkv1.ReasonAcquireTimeout))
 		Expect(last.Status.Epoch).To(BeZero())
-		Expect(h.everHeld(w2UID)).To(BeFalse(), "the killed waiter was Held")
-		Expect(h.listedTimedOut(w2UID)).To(BeTrue(), "the Lease never recorded the timeout")
-		Expect(h.namedWith(w2UID)).To(BeEmpty(), "a Lease version named the killed waiter")
-		h.complete()
+		Expect(h.EverHeld(w2UID)).To(BeFalse(), "the killed waiter was Held")
+		Expect(h.ListedTimedOut(w2UID)).To(BeTrue(), "the Lease never recorded the timeout")
+		Expect(h.NamedWith(w2UID)).To(BeEmpty(), "a Lease version named the killed waiter")
+		h.Complete()
 	})
 
 	It("--no-wait exits 73 on a held lock leaving no claim, is granted at once on a free one; --wait runs out with 73 too; run --no-wait does not run COMMAND", func() {
@@ -146,10 +147,10 @@ var _ = Describe("kubectl fence --wait and --no-wait", func() {
 		Expect(took).To(BeNumerically("<", 5*time.Second))
 		Expect(claimsIn(ns)).To(HaveLen(1), "a claim was left behind")
 		w2 := onlyClaim("busy", "W2")()
-		Expect(h.last(w2).Spec.AcquireTimeoutSeconds).To(Equal(ptr.To[int32](0)))
-		Expect(h.listedTimedOut(w2)).To(BeTrue())
-		Expect(h.everHeld(w2)).To(BeFalse())
-		Expect(h.namedWith(w2)).To(BeEmpty())
+		Expect(h.Last(w2).Spec.AcquireTimeoutSeconds).To(Equal(ptr.To[int32](0)))
+		Expect(h.ListedTimedOut(w2)).To(BeTrue())
+		Expect(h.EverHeld(w2)).To(BeFalse())
+		Expect(h.NamedWith(w2)).To(BeEmpty())
 
 		By("run --no-wait on the held lock: COMMAND never runs")
 		dir := GinkgoT().TempDir()
@@ -168,14 +169,14 @@ var _ = Describe("kubectl fence --wait and --no-wait", func() {
 		Expect(stderr).To(ContainSubstring("error: lock %s/busy not granted within --wait 1s: held by H with epoch %d; the claim left the queue", ns, hEpoch))
 		Expect(took).To(BeNumerically(">=", time.Second))
 		Expect(claimsIn(ns)).To(HaveLen(1), "a claim was left behind")
-		Expect(h.last(onlyClaim("busy", "W4")()).Spec.AcquireTimeoutSeconds).To(Equal(ptr.To[int32](1)))
+		Expect(h.Last(onlyClaim("busy", "W4")()).Spec.AcquireTimeoutSeconds).To(Equal(ptr.To[int32](1)))
 
 		By("released, the lock is granted at once to --no-wait, and to run --no-wait, with the next epochs")
 		fenceOK(ns, "release", hClaim)
 		Eventually(func() int { return len(claimsIn(ns)) }, 5*time.Second).Should(BeZero())
 		e, claim := epochClaim(fenceOK(ns, "acquire", "busy", "--holder", "W5", "--no-wait"))
 		Expect(e).To(Equal(hEpoch+1), "a timed-out claim took an epoch")
-		w5Phase := func() fkv1.FencedLeasePhase { return h.last(onlyClaim("busy", "W5")()).Status.Phase }
+		w5Phase := func() fkv1.FencedLeasePhase { return h.Last(onlyClaim("busy", "W5")()).Status.Phase }
 		// The grant is the Lease: the claim's status may show it a moment later.
 		Eventually(w5Phase, 5*time.Second).Should(Equal(fkv1.PhaseHeld))
 		Consistently(w5Phase, time.Second).Should(Equal(fkv1.PhaseHeld), "a granted try-once claim must stay Held")
@@ -183,7 +184,7 @@ var _ = Describe("kubectl fence --wait and --no-wait", func() {
 		code, stdout, stderr = fenceExit(ns, nil, "run", "busy", "--holder", "W6", "--no-wait", "--", "sh", "-c", `echo "epoch=$FENCEKEEPER_EPOCH"`)
 		Expect(code).To(Equal(0), stderr)
 		Expect(stdout).To(Equal("epoch=" + strconv.FormatInt(hEpoch+2, 10) + "\n"))
-		h.complete()
+		h.Complete()
 		_ = os.Remove(ran)
 	})
 })

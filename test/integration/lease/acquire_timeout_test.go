@@ -15,6 +15,7 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
+	"github.com/fencekeeper/fencekeeper/test/history"
 )
 
 // Bounded waits from the holder's side (docs/design.md §5, "Waiting is
@@ -24,11 +25,11 @@ import (
 var _ = Describe("Bounded waits", func() {
 	var (
 		ns string
-		h  *history
+		h  *history.History
 	)
 	BeforeEach(func() {
 		ns = newNamespace()
-		h = recordHistory(ns)
+		h = history.Record(admin, ns)
 	})
 
 	// timedOutClaim checks the claim of holder on lock that the authority
@@ -37,17 +38,17 @@ var _ = Describe("Bounded waits", func() {
 	// AcquireTimeout), it was never Held nor named by a Lease, and the
 	// library deleted it. It returns the claim's last version seen.
 	timedOutClaim := func(lock, holder string) *fkv1.FencedLease {
-		uids := h.claimsOf(lock, holder)
+		uids := h.ClaimsOf(lock, holder)
 		ExpectWithOffset(1, uids).To(HaveLen(1), "claims of %s by %s", lock, holder)
 		uid := uids[0]
-		EventuallyWithOffset(1, func() bool { return h.listedTimedOut(uid) }, 5*time.Second).Should(BeTrue(),
+		EventuallyWithOffset(1, func() bool { return h.ListedTimedOut(uid) }, 5*time.Second).Should(BeTrue(),
 			"no Lease version recorded the claim's timeout")
-		ExpectWithOffset(1, h.everHeld(uid)).To(BeFalse(), "a timed-out claim was Held")
-		ExpectWithOffset(1, h.namedWith(uid)).To(BeEmpty(), "a Lease named a timed-out claim")
+		ExpectWithOffset(1, h.EverHeld(uid)).To(BeFalse(), "a timed-out claim was Held")
+		ExpectWithOffset(1, h.NamedWith(uid)).To(BeEmpty(), "a Lease named a timed-out claim")
 		for _, c := range claims(ns) {
 			ExpectWithOffset(1, c.UID).NotTo(Equal(uid), "the library left its timed-out claim %s behind", c.Name)
 		}
-		return h.last(uid)
+		return h.Last(uid)
 	}
 
 	It("TryAcquire: granted on a free lock, ErrAcquireTimeout at once on a held one (claim gone), and a bounded Acquire ends at its deadline, rounded up", func() {
@@ -66,7 +67,7 @@ var _ = Describe("Bounded waits", func() {
 		Expect(w1Claim.Spec.AcquireTimeoutSeconds).To(Equal(ptr.To[int32](0)), "TryAcquire is acquireTimeoutSeconds 0")
 		Consistently(func() lease.State { return w1.State() }, 1500*time.Millisecond).Should(Equal(lease.Held),
 			"a try-once claim that was granted must not time out")
-		Expect(h.everTimedOut(w1.UID)).To(BeFalse())
+		Expect(h.EverTimedOut(w1.UID)).To(BeFalse())
 
 		By("a held lock: ErrAcquireTimeout within a few seconds, not ErrExpired, and no claim left")
 		w2c, _, _ := holderClient(ns)
@@ -101,7 +102,7 @@ var _ = Describe("Bounded waits", func() {
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = w4.Release(ctx) })
 		Expect(w4.Epoch).To(Equal(w1.Epoch + 1))
-		h.complete()
+		h.Complete()
 	})
 
 	It("keeps request-ID idempotence: a lost create reply finds the try-once claim; another deadline under the same ID is refused", func() {
@@ -124,7 +125,7 @@ var _ = Describe("Bounded waits", func() {
 		}
 		Expect(claims(ns)).To(HaveLen(1))
 		Expect(w1.State()).To(Equal(lease.Held))
-		h.complete()
+		h.Complete()
 	})
 
 	It("reports what the authority decided when the release races the deadline: a grant as a grant, a timeout as ErrAcquireTimeout, never both", func() {
@@ -152,19 +153,19 @@ var _ = Describe("Bounded waits", func() {
 				defer wg.Done()
 				w, werr = wc.Acquire(acq, lock, "W", lease.Options{TTL: 60 * time.Second, AcquireTimeout: ptr.To(time.Second)})
 			}()
-			Eventually(func() []types.UID { return h.claimsOf(lock, "W") }, 10*time.Second, 10*time.Millisecond).Should(HaveLen(1))
+			Eventually(func() []types.UID { return h.ClaimsOf(lock, "W") }, 10*time.Second, 10*time.Millisecond).Should(HaveLen(1))
 			time.Sleep(offset)
 			Expect(holder.Release(ctx)).To(Succeed())
 			wg.Wait()
 			cancel()
-			uid := h.claimsOf(lock, "W")[0]
+			uid := h.ClaimsOf(lock, "W")[0]
 			GinkgoWriter.Printf("release %v after the waiter queued: granted %v, error %v\n", offset, werr == nil, werr)
 			if werr == nil {
 				granted++
 				Expect(w.UID).To(Equal(uid))
-				Eventually(func() []string { return h.namedWith(uid) }, 5*time.Second).Should(ContainElement(strconv.FormatInt(w.Epoch, 10)),
+				Eventually(func() []string { return h.NamedWith(uid) }, 5*time.Second).Should(ContainElement(strconv.FormatInt(w.Epoch, 10)),
 					"reported a grant that no Lease version shows")
-				Consistently(func() bool { return h.everTimedOut(uid) }, 1500*time.Millisecond).Should(BeFalse(), "granted and timed out")
+				Consistently(func() bool { return h.EverTimedOut(uid) }, 1500*time.Millisecond).Should(BeFalse(), "granted and timed out")
 				Expect(w.State()).To(Equal(lease.Held))
 				Expect(w.Release(ctx)).To(Succeed())
 			} else {
@@ -173,7 +174,7 @@ var _ = Describe("Bounded waits", func() {
 				timedOutClaim(lock, "W")
 			}
 		}
-		h.complete()
+		h.Complete()
 		Expect(granted).To(BeNumerically(">", 0), "no release came before a deadline")
 		Expect(timedOut).To(BeNumerically(">", 0), "no deadline came before a release")
 	})

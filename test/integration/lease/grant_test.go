@@ -65,15 +65,29 @@ func (s *statusWrites) RoundTrip(req *http.Request) (*http.Response, error) {
 	return s.next.RoundTrip(req)
 }
 
-// withManagerTransport replaces the suite's manager, for the rest of the
-// spec, with one whose requests pass through wrap.
-func withManagerTransport(wrap func(http.RoundTripper) http.RoundTripper) {
+// stopManager stops the suite's manager (the authority) for the rest of
+// the spec.
+func stopManager() {
 	ExpectWithOffset(1, mgr.Stop()).To(Succeed())
 	DeferCleanup(func() {
 		var err error
 		mgr, err = env.StartManager()
 		Expect(err).NotTo(HaveOccurred())
 	})
+}
+
+// managerClient is a client with the manager's identity (the only one the
+// lease guard lets write a Lease or a claim's status).
+func managerClient() client.Client {
+	c, err := client.New(env.Manager, client.Options{Scheme: lease.Scheme()})
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return c
+}
+
+// withManagerTransport replaces the suite's manager, for the rest of the
+// spec, with one whose requests pass through wrap.
+func withManagerTransport(wrap func(http.RoundTripper) http.RoundTripper) {
+	stopManager()
 	wrapped, err := envtestutil.StartManager(env.Manager, envtestutil.ManagerOptions{Webhook: &env.Env.WebhookInstallOptions, WrapTransport: wrap})
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	DeferCleanup(wrapped.Stop) // before the suite's manager starts again
@@ -167,29 +181,23 @@ func heldReason(c *fkv1.FencedLease) string {
 	return ""
 }
 
-// grantReason is the reason of the transition that made rec's lease HELD.
-func (r *recorder) grantReason() string {
+// reasonTo is the reason of rec's first transition to state ("" if none).
+func (r *recorder) reasonTo(state lease.State) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, t := range r.got {
-		if t.To == lease.Held {
+		if t.To == state {
 			return t.Reason
 		}
 	}
 	return ""
 }
 
+// grantReason is the reason of the transition that made rec's lease HELD.
+func (r *recorder) grantReason() string { return r.reasonTo(lease.Held) }
+
 // lostReason is the reason of rec's transition to LOST ("" if none).
-func (r *recorder) lostReason() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, t := range r.got {
-		if t.To == lease.Lost {
-			return t.Reason
-		}
-	}
-	return ""
-}
+func (r *recorder) lostReason() string { return r.reasonTo(lease.Lost) }
 
 func ledgerOf(ns, lock string) (*coordinationv1.Lease, fkv1.Ledger) {
 	var l coordinationv1.Lease
@@ -200,6 +208,17 @@ func ledgerOf(ns, lock string) (*coordinationv1.Lease, fkv1.Ledger) {
 var _ = Describe("How a holder learns of its grant and its loss", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
+
+	// acquireRenewingLate acquires lock "report" as W1 with its next
+	// renewal far off (50s into a 60s TTL), recording its transitions, and
+	// releases it when the spec ends.
+	acquireRenewingLate := func(holder *lease.Client) (*lease.Lease, *recorder) {
+		rec := &recorder{}
+		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 60 * time.Second, RenewInterval: 50 * time.Second, OnTransition: rec.record})
+		ExpectWithOffset(1, err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = w1.Release(ctx) })
+		return w1, rec
+	}
 
 	It("takes its grant from the lock's Lease while the claim's Held status cannot be written, and writes with it", func() {
 		sw := &statusWrites{ns: ns}
@@ -270,10 +289,7 @@ var _ = Describe("How a holder learns of its grant and its loss", func() {
 	It("goes LOST as soon as the Lease passes to another claim, long before its next renewal", func() {
 		holder, f, _ := holderClient(ns)
 		f.set(func(f *faults) { f.holdWatchPath = "/fencedleases" })
-		rec := &recorder{}
-		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 60 * time.Second, RenewInterval: 50 * time.Second, OnTransition: rec.record})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { _ = w1.Release(ctx) })
+		w1, rec := acquireRenewingLate(holder)
 		w2 := waiter(ns, "w2", "report")
 		Eventually(phaseOf(w2), 10*time.Second).Should(Equal(fkv1.PhasePending))
 
@@ -300,23 +316,14 @@ var _ = Describe("How a holder learns of its grant and its loss", func() {
 	It("goes LOST as soon as the Lease names its claim with another epoch, long before its next renewal", func() {
 		holder, f, _ := holderClient(ns)
 		f.set(func(f *faults) { f.holdWatchPath = "/fencedleases" })
-		rec := &recorder{}
-		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 60 * time.Second, RenewInterval: 50 * time.Second, OnTransition: rec.record})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { _ = w1.Release(ctx) })
+		w1, rec := acquireRenewingLate(holder)
 		hold := make(chan struct{})
 		f.set(func(f *faults) { f.holdWatch = hold })
 		DeferCleanup(func() { close(hold) })
 
 		By("with the authority stopped, the manager's identity moves the epoch; the Lease still names W1's claim")
-		Expect(mgr.Stop()).To(Succeed())
-		DeferCleanup(func() {
-			var err error
-			mgr, err = env.StartManager()
-			Expect(err).NotTo(HaveOccurred())
-		})
-		asManager, err := client.New(env.Manager, client.Options{Scheme: lease.Scheme()})
-		Expect(err).NotTo(HaveOccurred())
+		stopManager()
+		asManager := managerClient()
 		var moved coordinationv1.Lease
 		Expect(asManager.Get(ctx, client.ObjectKey{Namespace: ns, Name: "report"}, &moved)).To(Succeed())
 		moved.Annotations[fkv1.AnnotationEpoch] = strconv.FormatInt(w1.Epoch+1, 10)
@@ -330,10 +337,7 @@ var _ = Describe("How a holder learns of its grant and its loss", func() {
 
 	It("goes LOST when its claim's status shows another epoch than the Lease showed it", func() {
 		holder, _, _ := holderClient(ns)
-		rec := &recorder{}
-		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 60 * time.Second, RenewInterval: 50 * time.Second, OnTransition: rec.record})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { _ = w1.Release(ctx) })
+		w1, rec := acquireRenewingLate(holder)
 		Eventually(func() int64 {
 			var c fkv1.FencedLease
 			Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: w1.ClaimName}, &c)).To(Succeed())
@@ -341,14 +345,8 @@ var _ = Describe("How a holder learns of its grant and its loss", func() {
 		}, 10*time.Second).Should(Equal(w1.Epoch))
 
 		By("with the authority stopped, the manager's identity writes another epoch into the claim's status")
-		Expect(mgr.Stop()).To(Succeed())
-		DeferCleanup(func() {
-			var err error
-			mgr, err = env.StartManager()
-			Expect(err).NotTo(HaveOccurred())
-		})
-		asManager, err := client.New(env.Manager, client.Options{Scheme: lease.Scheme()})
-		Expect(err).NotTo(HaveOccurred())
+		stopManager()
+		asManager := managerClient()
 		var c fkv1.FencedLease
 		Expect(asManager.Get(ctx, client.ObjectKey{Namespace: ns, Name: w1.ClaimName}, &c)).To(Succeed())
 		c.Status.Epoch = w1.Epoch + 1

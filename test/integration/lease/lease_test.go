@@ -301,16 +301,10 @@ var _ = Describe("Holder library", func() {
 		DeferCleanup(func() { _ = w1.Release(ctx) })
 
 		By("the authority stops, so that nothing but W1's own renewal can notice (its claim stays Held)")
-		Expect(mgr.Stop()).To(Succeed())
-		DeferCleanup(func() {
-			var err error
-			mgr, err = env.StartManager()
-			Expect(err).NotTo(HaveOccurred())
-		})
+		stopManager()
 
 		By("the manager's identity (the only one the lease guard lets) moves the epoch while the Lease still names W1's claim")
-		asManager, err := client.New(env.Manager, client.Options{Scheme: lease.Scheme()})
-		Expect(err).NotTo(HaveOccurred())
+		asManager := managerClient()
 		var moved coordinationv1.Lease
 		Eventually(func() error {
 			if err := asManager.Get(ctx, client.ObjectKey{Namespace: ns, Name: "report"}, &moved); err != nil {

@@ -1,11 +1,15 @@
-package lease_test
+// Package history records, for a Ginkgo spec, every version of a
+// namespace's claims and Leases that a watch delivers: what a claim went
+// through, and which claims a Lease ever named. Its failures are Gomega
+// assertions, so it serves specs only.
+package history
 
 import (
 	"context"
 	"sync"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,29 +19,27 @@ import (
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 )
 
-// history is every version of the namespace's claims and Leases that a
-// watch delivered, from before the spec's first request: what a claim went
-// through, and which claims a Lease ever named.
-type history struct {
+// History is every version of the namespace's claims and Leases that a
+// watch delivered, from before the spec's first request.
+type History struct {
 	mu     sync.Mutex
 	claims []fkv1.FencedLease
 	leases []coordinationv1.Lease
 	// ended: a watch closed before the spec stopped it (versions may be
 	// missing: the history proves nothing).
 	ended bool
-	stop  context.CancelFunc
 }
 
-// recordHistory watches the namespace's claims and Leases until the spec
-// ends; the spec fails if a watch ended early.
-func recordHistory(ns string) *history {
-	h := &history{}
+// Record watches the namespace's claims and Leases with c until the spec
+// ends (it registers its own DeferCleanup); Complete fails the spec if a
+// watch ended early.
+func Record(c client.WithWatch, ns string) *History {
+	h := &History{}
 	wctx, cancel := context.WithCancel(context.Background())
-	h.stop = cancel
-	cw, err := admin.Watch(wctx, &fkv1.FencedLeaseList{}, client.InNamespace(ns))
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
-	lw, err := admin.Watch(wctx, &coordinationv1.LeaseList{}, client.InNamespace(ns))
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	cw, err := c.Watch(wctx, &fkv1.FencedLeaseList{}, client.InNamespace(ns))
+	gomega.ExpectWithOffset(1, err).NotTo(gomega.HaveOccurred())
+	lw, err := c.Watch(wctx, &coordinationv1.LeaseList{}, client.InNamespace(ns))
+	gomega.ExpectWithOffset(1, err).NotTo(gomega.HaveOccurred())
 	var wg sync.WaitGroup
 	record := func(w watch.Interface, keep func(any)) {
 		defer wg.Done()
@@ -72,23 +74,49 @@ func recordHistory(ns string) *history {
 		cw.Stop()
 		lw.Stop()
 	}()
-	DeferCleanup(func() {
+	ginkgo.DeferCleanup(func() {
 		cancel()
 		wg.Wait()
 	})
 	return h
 }
 
-// complete fails the spec if a watch ended early.
-func (h *history) complete() {
+// Complete fails the spec if a watch ended early.
+func (h *History) Complete() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ExpectWithOffset(1, h.ended).To(BeFalse(), "a history watch ended early: versions may be missing")
+	gomega.ExpectWithOffset(1, h.ended).To(gomega.BeFalse(), "a history watch ended early: versions may be missing")
 }
 
-// claimsOf are the UIDs of the holder's claims of the lock, in the order
+// Claims are the claim versions seen so far, in the order seen.
+func (h *History) Claims() []fkv1.FencedLease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return deepCopies(h.claims)
+}
+
+// Leases are the Lease versions seen so far, in the order seen.
+func (h *History) Leases() []coordinationv1.Lease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return deepCopies(h.leases)
+}
+
+// deepCopies are deep copies of in's objects.
+func deepCopies[T any, PT interface {
+	*T
+	DeepCopyInto(*T)
+}](in []T) []T {
+	out := make([]T, len(in))
+	for i := range in {
+		PT(&in[i]).DeepCopyInto(&out[i])
+	}
+	return out
+}
+
+// ClaimsOf are the UIDs of the holder's claims of the lock, in the order
 // they first appeared.
-func (h *history) claimsOf(lock, holder string) []types.UID {
+func (h *History) ClaimsOf(lock, holder string) []types.UID {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []types.UID
@@ -102,8 +130,8 @@ func (h *history) claimsOf(lock, holder string) []types.UID {
 	return out
 }
 
-// last is the last version of the claim seen.
-func (h *history) last(uid types.UID) *fkv1.FencedLease {
+// Last is the last version of the claim seen, or nil.
+func (h *History) Last(uid types.UID) *fkv1.FencedLease {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i := len(h.claims) - 1; i >= 0; i-- {
@@ -114,9 +142,9 @@ func (h *history) last(uid types.UID) *fkv1.FencedLease {
 	return nil
 }
 
-// everHeld reports whether any version of the claim showed it Held or with
+// EverHeld reports whether any version of the claim showed it Held or with
 // an epoch.
-func (h *history) everHeld(uid types.UID) bool {
+func (h *History) EverHeld(uid types.UID) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, c := range h.claims {
@@ -127,9 +155,9 @@ func (h *history) everHeld(uid types.UID) bool {
 	return false
 }
 
-// everTimedOut reports whether any version of the claim showed it ended
+// EverTimedOut reports whether any version of the claim showed it ended
 // for its acquire timeout.
-func (h *history) everTimedOut(uid types.UID) bool {
+func (h *History) EverTimedOut(uid types.UID) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, c := range h.claims {
@@ -142,9 +170,9 @@ func (h *history) everTimedOut(uid types.UID) bool {
 	return false
 }
 
-// namedWith are the epochs with which Lease versions named the claim (the
+// NamedWith are the epochs with which Lease versions named the claim (the
 // grant is the Lease naming it).
-func (h *history) namedWith(uid types.UID) []string {
+func (h *History) NamedWith(uid types.UID) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []string
@@ -156,10 +184,10 @@ func (h *history) namedWith(uid types.UID) []string {
 	return out
 }
 
-// listedTimedOut reports whether a Lease version recorded the claim as
+// ListedTimedOut reports whether a Lease version recorded the claim as
 // ended for its acquire timeout (the authority's record of the timeout,
 // written before the claim's status).
-func (h *history) listedTimedOut(uid types.UID) bool {
+func (h *History) ListedTimedOut(uid types.UID) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i := range h.leases {
