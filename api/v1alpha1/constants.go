@@ -17,10 +17,11 @@ const (
 // Condition reasons, also used as Event reasons for ownership transitions.
 const (
 	ReasonQueued = "Queued"
-	// ReasonNext: the claim is Pending at the head of the queue, the next
-	// to be granted. Its holder library watches the lock's Lease for the
-	// grant; waiters further back watch only their claim, so a lock's
-	// Lease has O(1) watchers however many wait.
+	// ReasonNext: the claim entered the queue at its head and is still
+	// there, the next to be granted. Its holder library watches the lock's
+	// Lease for the grant; waiters further back watch only their claim, so
+	// a lock's Lease has O(1) watchers however many wait. A waiter that
+	// moves up to the head stays Queued (no status write per handoff).
 	ReasonNext         = "Next"
 	ReasonGranted      = "Granted"
 	ReasonExpired      = "Expired"

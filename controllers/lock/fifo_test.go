@@ -139,10 +139,11 @@ func names(claims []*fkv1.FencedLease) []string {
 	return out
 }
 
-// The waiter to be granted next is shown Next (its library then watches
-// the Lease), every other waiter Queued; a waiter that is no longer next
-// goes back to Queued.
-func TestOnlyTheNextWaiterIsShownNext(t *testing.T) {
+// A claim that enters the queue at its head is shown Next (its library then
+// watches the Lease), and keeps it while it stays the head; every other
+// waiter is Queued, and a waiter that becomes the head later stays Queued
+// (marking it would be one more status write per handoff).
+func TestOnlyAWaiterEnteringAtTheHeadIsShownNext(t *testing.T) {
 	in := statusInputs{ledger: held(41, "w0"), next: "uid-w1"}
 	reason := func(c *fkv1.FencedLease, in statusInputs) string {
 		st, _ := desiredStatus(c, in)
@@ -150,14 +151,21 @@ func TestOnlyTheNextWaiterIsShownNext(t *testing.T) {
 	}
 	w1, w2 := claim("w1", 1, "", 0), claim("w2", 2, "", 0)
 	if got := reason(w1, in); got != fkv1.ReasonNext {
-		t.Fatalf("the next waiter: reason %q, want %q", got, fkv1.ReasonNext)
+		t.Fatalf("a claim entering at the head: reason %q, want %q", got, fkv1.ReasonNext)
 	}
 	if got := reason(w2, in); got != fkv1.ReasonQueued {
-		t.Fatalf("a waiter behind it: reason %q, want %q", got, fkv1.ReasonQueued)
+		t.Fatalf("a claim entering behind it: reason %q, want %q", got, fkv1.ReasonQueued)
 	}
 	w1.Status, _ = desiredStatus(w1, in)
+	w2.Status, _ = desiredStatus(w2, in)
+	if st, _ := desiredStatus(w1, in); !statusEqual(st, w1.Status) {
+		t.Fatal("the head waiter's Next status is rewritten while it stays the head")
+	}
 	in.next = "uid-w2"
-	if queuedAsBefore(w1, in) || reason(w1, in) != fkv1.ReasonQueued {
-		t.Fatalf("a waiter no longer next keeps %q", reason(w1, in))
+	if got := reason(w2, in); got != fkv1.ReasonQueued || !queuedAsBefore(w2, in) {
+		t.Fatalf("a Queued waiter that became the head: reason %q (a status write per handoff), want it left %q", got, fkv1.ReasonQueued)
+	}
+	if got := reason(w1, in); got != fkv1.ReasonQueued {
+		t.Fatalf("a Next waiter no longer the head keeps %q", got)
 	}
 }

@@ -30,9 +30,9 @@ type statusInputs struct {
 	epochLostUID string
 	// exhausted: the lock's epochs are used up; waiters are never granted.
 	exhausted bool
-	// next is the waiter to be granted next (none: ""): it is shown
-	// ReasonNext, so its library watches the Lease for its grant while the
-	// waiters behind it watch only their claims.
+	// next is the waiter to be granted next (none: ""): shown ReasonNext
+	// when it entered the queue there, so its library watches the Lease for
+	// its grant while the waiters behind it watch only their claims.
 	next types.UID
 	// unrecorded: the Lease's counter cannot be its holder's epoch, and the
 	// holder's status records none (decide's grantUnrecorded).
@@ -158,7 +158,12 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		case in.exhausted:
 			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonEpochsExhausted,
 				fmt.Sprintf("Lock %s has issued its last possible epoch (%d) and will never be granted again: use another lock name", lockName, in.ledger.Epoch))
-		case c.UID == in.next:
+		case c.UID == in.next && (c.Status.Phase == "" || heldReason(c) == fkv1.ReasonNext):
+			// Shown when it enters the queue at its head (the same status
+			// write), and kept while it stays there. A waiter that becomes
+			// the head later is not marked: that would be one more status
+			// write per handoff (docs/design.md §7), and it learns of its
+			// grant from its claim.
 			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonNext,
 				fmt.Sprintf("Next in the queue of lock %s: granted when the current hold ends", lockName))
 			meta.RemoveStatusCondition(&st.Conditions, fkv1.ConditionLockConflict)
@@ -168,6 +173,14 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		}
 		return st, transition
 	}
+}
+
+// heldReason is the reason of c's Held condition ("" without one).
+func heldReason(c *fkv1.FencedLease) string {
+	if h := meta.FindStatusCondition(c.Status.Conditions, fkv1.ConditionHeld); h != nil {
+		return h.Reason
+	}
+	return ""
 }
 
 // queuedPrefix begins a queued waiter's Held condition message; the lock's
@@ -182,7 +195,7 @@ const queuedPrefix = "Waiting in the queue of lock "
 func queuedAsBefore(c *fkv1.FencedLease, in statusInputs) bool {
 	st := &c.Status
 	if st.Phase != fkv1.PhasePending || in.foreign != "" || in.exhausted || c.UID == in.ledger.HolderUID ||
-		c.UID == in.ledger.PreviousUID || c.UID == in.next || st.ObservedGeneration != c.Generation || st.LeaseName != c.Spec.LockName ||
+		c.UID == in.ledger.PreviousUID || st.ObservedGeneration != c.Generation || st.LeaseName != c.Spec.LockName ||
 		len(st.Conditions) != 1 || fkv1.RecordsNoIdentity(c) || in.ledger.TimedOutClaim(c.UID) {
 		return false
 	}

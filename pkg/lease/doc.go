@@ -15,9 +15,10 @@
 // writes the claim's status, and that record is what admission checks. The
 // grant is whichever is seen first, that Lease or the claim's status
 // turning Held; the two must show the same epoch. Every waiter watches its
-// own claim (a field selector on its name); only the head waiter (and a new
-// claim, until its status shows it Queued behind others) also watches the
-// Lease by name, so a lock's Lease has O(1) watchers however many wait.
+// own claim (a field selector on its name); only a claim that entered the
+// queue at its head (shown Next), and a new claim until its status shows it
+// Queued behind others, also watches the Lease by name, so a lock's Lease
+// has O(1) watchers however many wait.
 // A holder watches both, and is LOST the moment either stops showing its
 // grant (the pair of claim UID and epoch), not only at its next renewal.
 // Waits can be bounded on the server: Options.AcquireTimeout sets the

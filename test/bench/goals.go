@@ -46,9 +46,10 @@ const gracefulWaits = " (fenced waits on the release, then its grant seen; clien
 var goals = []goal{
 	{figure: "floor_ms", value: latOf(floorMS), num: p50(floorMS), den: p50(floorMS),
 		target: "(the unit: every floor round trip of the run; each phase is judged against its own, floor_by_phase_ms)"},
-	// Grants and handoffs are judged on the clock holders go by: a watch of
-	// the Lease sees it name the claim (docs/design.md §5); the claim's Held
-	// status follows, off the critical path (the claim_held rows).
+	// Grants are judged on the clock holders go by: a claim on a free lock
+	// watches the Lease from its start, and a watch of the Lease sees it name
+	// the claim (docs/design.md §5); the claim's Held status follows, off the
+	// critical path (the claim_held rows).
 	p50Goal(goal{figure: "grant_existing_ms p50 (the Lease names the claim)", key: "grant_existing_p50_over_floor_p50", value: vsFloor(grantExistingLeaseMS, "grant_existing"),
 		cmp: atMost, limit: 3.5, target: "p50 <= %gx its phase's floor p50"}, grantExistingLeaseMS, phaseFloor("grant_existing")),
 	tailGoal(goal{figure: "grant_existing_ms p99 (the Lease names the claim)", key: "grant_existing_p99_over_floor_p99", value: vsFloor(grantExistingLeaseMS, "grant_existing"),
@@ -64,8 +65,8 @@ var goals = []goal{
 		target: "(diagnostic: until the claim's status shows Held, written after the Lease)"}, grantExistingMS, phaseFloor("grant_existing")),
 	p50Goal(goal{figure: "grant_new_claim_held_ms p50", key: "grant_new_claim_held_p50_over_floor_p50", value: vsFloor(grantNewMS, "grant_new"),
 		target: "(diagnostic: until the claim's status shows Held, written after the Lease)"}, grantNewMS, phaseFloor("grant_new")),
-	claimHeldGoal("waiters_1"),
-	claimHeldGoal("waiters_1000"),
+	leaseSeenGoal("waiters_1"),
+	leaseSeenGoal("waiters_1000"),
 	chainGoal("grant chain, new lock: server time of its requests", "grant_new_chain_server_over_floor_server", "grant_new", grantNewChain),
 	chainGoal("grant chain, existing lock: server time of its requests", "grant_existing_chain_server_over_floor_server", "grant_existing", grantExistingChain),
 	chainGoal("grant chain, existing lock, without the status patch", "grant_existing_chain_lease_only_over_floor_server", "grant_existing", grantExistingChain, statusPatch),
@@ -172,22 +173,23 @@ func tailGoal(g goal, num, den func(report) latency) goal {
 	return g
 }
 
-// handoffGoal judges a handoff on the clock holders go by: the release
-// until a watch of the Lease sees it name the next waiter (holders take
-// their grant from the Lease, docs/design.md §5; the claim's Held status
-// follows it, off the critical path).
+// handoffGoal judges a handoff on the clock a queued waiter goes by: the
+// release until its claim shows Held. (A claim that entered the queue at
+// its head, shown Next, also watches the Lease and may learn sooner: the
+// lease_seen rows. The waiters behind the head are not marked as they move
+// up, which would cost a status write per handoff.)
 func handoffGoal(w string, limit float64, note string) goal {
-	l := func(r report) latency { return r.HandoffLeaseSeenMS[w] }
-	return tailGoal(goal{figure: "handoff_ms " + w + " (the Lease names the next waiter)", key: "handoff_p99_over_floor_p99_" + w, value: vsFloor(l, "handoff_"+w),
+	l := func(r report) latency { return r.HandoffMS[w] }
+	return tailGoal(goal{figure: "handoff_ms " + w, key: "handoff_p99_over_floor_p99_" + w, value: vsFloor(l, "handoff_"+w),
 		cmp: atMost, limit: limit, target: "p99 <= %gx its phase's floor p99" + note}, l, phaseFloor("handoff_"+w))
 }
 
-// claimHeldGoal reports a handoff's clock stopped by the next waiter's
-// claim showing Held (no goal: that status write follows the Lease's).
-func claimHeldGoal(w string) goal {
-	l := func(r report) latency { return r.HandoffMS[w] }
-	return tailGoal(goal{figure: "handoff_claim_held_ms " + w, key: "handoff_claim_held_p99_over_floor_p99_" + w, value: vsFloor(l, "handoff_"+w),
-		target: "(diagnostic: until the claim's status shows Held, written after the Lease)"}, l, phaseFloor("handoff_"+w))
+// leaseSeenGoal reports a handoff's clock stopped by a watch of the Lease
+// naming the next waiter (what a waiter shown Next sees).
+func leaseSeenGoal(w string) goal {
+	l := func(r report) latency { return r.HandoffLeaseSeenMS[w] }
+	return tailGoal(goal{figure: "handoff_lease_seen_ms " + w, key: "handoff_lease_seen_p99_over_floor_p99_" + w, value: vsFloor(l, "handoff_"+w),
+		target: "(diagnostic: until a watch of the Lease sees it name the next waiter, what a waiter shown Next sees)"}, l, phaseFloor("handoff_"+w))
 }
 
 func writesGoal(figure, key string, w func(report) float64, bound float64, target string) goal {

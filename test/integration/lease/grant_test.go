@@ -405,7 +405,7 @@ var _ = Describe("How a holder learns of its grant and its loss", func() {
 		}
 	})
 
-	// Needs an authority that marks the head waiter Next.
+	// The authority marks a claim that enters the queue at its head Next.
 	It("hands the lock to the head waiter, which takes its grant from the Lease", func() {
 		// The Held status of the next holder is held back 3 s: only the
 		// Lease can tell it sooner.
@@ -465,9 +465,9 @@ var _ = Describe("How a holder learns of its grant and its loss", func() {
 		Expect(got.l.Epoch).To(Equal(w0.Epoch + 1))
 		GinkgoWriter.Printf("%s acquired %v after W0's release\n", head, got.at.Sub(released))
 
-		By("the other waiter becomes the head; the Lease's watchers are again the holder and the head")
-		Eventually(func() string { return reasons()[behind] }, 10*time.Second).Should(Equal(fkv1.ReasonNext))
-		Eventually(watches.open.Load, 10*time.Second).Should(BeEquivalentTo(2))
+		By("the other waiter, now the head, stays Queued (no status write per handoff) and watches only its claim")
+		Consistently(func() string { return reasons()[behind] }, time.Second).Should(Equal(fkv1.ReasonQueued))
+		Eventually(watches.open.Load, 10*time.Second).Should(BeEquivalentTo(1), "only the holder watches the Lease")
 		Consistently(results[behind], time.Second).ShouldNot(Receive())
 	})
 })
