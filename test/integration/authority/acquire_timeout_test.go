@@ -60,7 +60,7 @@ var _ = Describe("Acquire timeouts", func() {
 
 		once := createBounded("once", "bounded", 0)
 		Expect(reasonOf(eventuallyPhase(ns, once.Name, fkv1.PhaseExpired))).To(Equal(fkv1.ReasonAcquireTimeout))
-		Expect(reasonOf(getClaim(ns, w3.Name))).To(Equal(fkv1.ReasonNext), "the unbounded waiter keeps its place")
+		Expect(getClaim(ns, w3.Name).Status.Phase).To(Equal(fkv1.PhasePending), "the unbounded waiter keeps its place")
 
 		deleteClaim(holder)
 		Expect(eventuallyPhase(ns, w3.Name, fkv1.PhaseHeld).Status.Epoch).To(BeNumerically(">", 0))
