@@ -27,7 +27,7 @@ func TestPlainRulesAreTheChartRules(t *testing.T) {
 	root := envtestutil.RepoRoot()
 	helm := filepath.Join(envtestutil.BinDir(), "helm")
 	if _, err := os.Stat(helm); err != nil {
-		t.Skipf("bin/helm is missing (run 'make tools'): %v", err)
+		t.Fatalf("bin/helm is missing (run 'make tools'): %v", err)
 	}
 	var stderr bytes.Buffer
 	cmd := exec.Command(helm, "template", "fencekeeper", filepath.Join(root, "charts", "fencekeeper"), "-n", "fencekeeper-system",
@@ -73,7 +73,7 @@ func TestPlainRulesAreTheChartRules(t *testing.T) {
 
 	promtool := filepath.Join(envtestutil.BinDir(), "promtool")
 	if _, err := os.Stat(promtool); err != nil {
-		t.Skipf("bin/promtool is missing (run 'make tools'): %v", err)
+		t.Fatalf("bin/promtool is missing (run 'make tools'): %v", err)
 	}
 	check, err := exec.Command(promtool, "check", "rules", "--lint=all", "--lint-fatal", path).CombinedOutput()
 	if err != nil || !strings.Contains(string(check), "SUCCESS") {
