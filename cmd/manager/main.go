@@ -52,6 +52,7 @@ func main() {
 		guarded                string
 		excludedNamespaces     string
 		memoryLimitRatio       float64
+		gcTarget               int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
@@ -94,6 +95,8 @@ func main() {
 		"How long an Expired claim is kept after it ended before it is deleted (0: keep Expired claims until someone deletes them). Claims a Pod owns go with the pod.")
 	flag.Float64Var(&memoryLimitRatio, "memory-limit-ratio", 0.8,
 		"Share of the container's memory limit (its cgroup's) used as the Go runtime's soft memory limit when GOMEMLIMIT is not set, so the garbage collector works before the container limit and not all the time. 0: leave the runtime's default.")
+	flag.IntVar(&gcTarget, "gc-percent", 50,
+		"The Go garbage collector's target percentage when GOGC is not set: the heap may grow this much above what is live before a collection. 0: leave the runtime's default (100).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	// --kubeconfig is registered by controller-runtime's config package.
@@ -112,6 +115,13 @@ func main() {
 	}
 	if limit := applySoftMemoryLimit(memoryLimitRatio); limit > 0 {
 		log.Info("soft memory limit set from the container's memory limit", "GOMEMLIMIT", limit, "ratio", memoryLimitRatio)
+	}
+	if gcTarget < 0 {
+		log.Error(nil, "--gc-percent must be 0 (the runtime's default) or positive", "got", gcTarget)
+		os.Exit(1)
+	}
+	if p := applyGCPercent(gcTarget); p > 0 {
+		log.Info("garbage collector target set", "GOGC", p)
 	}
 	if maxWaiters < 0 {
 		log.Error(nil, "--max-waiters-per-lock must be 0 (no limit) or positive", "got", maxWaiters)

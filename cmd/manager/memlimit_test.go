@@ -39,3 +39,24 @@ func TestSoftMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+func TestGCPercent(t *testing.T) {
+	env := func(v string) func(string) string { return func(string) string { return v } }
+	for _, tc := range []struct {
+		name string
+		env  string
+		pct  int
+		want int
+		ok   bool
+	}{
+		{"default target", "", 50, 50, true},
+		{"GOGC wins", "200", 50, 0, false},
+		{"GOGC=off wins", "off", 50, 0, false},
+		{"0 leaves the runtime's default", "", 0, 0, false},
+	} {
+		got, ok := gcPercent(env(tc.env), tc.pct)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: got %d %v, want %d %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -55,6 +56,7 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName, mem 
 	if err != nil {
 		return g, err
 	}
+	known := mem.queue
 	g.claims, mem.queue = mem.queue.order(claims)
 	g.now = r.clock.Now()
 	g.firstSeen = maps.Clone(mem.observeWaiters(g.claims, g.now))
@@ -71,7 +73,7 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName, mem 
 	if g.cacheBehind, err = r.cacheBehindOwnWrites(ctx, lock, mem, g.lease, g.claims); err != nil {
 		return g, err
 	}
-	if g.claims, err = r.confirmHolder(ctx, lock, g.ledger, g.claims); err != nil {
+	if g.claims, err = r.confirmHolder(ctx, lock, g.ledger, g.claims, known); err != nil {
 		return g, err
 	}
 	holder := findClaim(g.claims, g.ledger.HolderUID)
@@ -320,9 +322,14 @@ func (r *Reconciler) readForeignLease(ctx context.Context, lock types.Namespaced
 
 // confirmHolder makes sure a holder missing from the claim cache is really
 // gone (a live read) before it is treated as released: the cache may simply
-// not have seen a claim another controller just granted.
-func (r *Reconciler) confirmHolder(ctx context.Context, lock types.NamespacedName, led fkv1.Ledger, claims []*fkv1.FencedLease) ([]*fkv1.FencedLease, error) {
-	if !led.Held() || findClaim(claims, led.HolderUID) != nil || led.HolderClaim == "" {
+// not have seen a claim another controller just granted. A holder the
+// cache showed at this lock's last reconcile (known, the queue it left)
+// needs no read: an informer drops an object only when the apiserver says
+// it was deleted (a watch event or a relist without it), and a UID never
+// comes back, so its absence now is its deletion. That is a holder's
+// release by delete, the common path, which thus costs no request.
+func (r *Reconciler) confirmHolder(ctx context.Context, lock types.NamespacedName, led fkv1.Ledger, claims []*fkv1.FencedLease, known fifo) ([]*fkv1.FencedLease, error) {
+	if !led.Held() || findClaim(claims, led.HolderUID) != nil || led.HolderClaim == "" || slices.Contains(known, led.HolderUID) {
 		return claims, nil
 	}
 	var c fkv1.FencedLease

@@ -33,6 +33,12 @@ type breakdown struct {
 	ManagerAPICalls        float64 `json:"manager_api_calls"`
 	ApiserverRequestsPerS  float64 `json:"apiserver_requests_per_s"`
 	ApiserverMutationsPerS float64 `json:"apiserver_mutations_per_s"`
+	// Requests: what kube-apiserver served during the phase, per kind
+	// ("VERB resource[/subresource]", watches left out), and the mean
+	// server time of each (ms): which requests a cycle makes, and which
+	// cost the time.
+	Requests      map[string]float64 `json:"requests"`
+	RequestMeanMS map[string]float64 `json:"request_mean_ms"`
 }
 
 // snapshot is the counters a breakdown is the difference of.
@@ -40,6 +46,7 @@ type snapshot struct {
 	at  time.Time
 	cpu map[string]float64
 	m   map[string]float64
+	req requestTimes
 }
 
 // metricSum is a manager metric to sum under key: every sample of name
@@ -72,6 +79,7 @@ func (c *cluster) snapshot() snapshot {
 	}
 	all, mut := c.apiserverRequests()
 	s.m["apiserver_requests"], s.m["apiserver_mutations"] = all, mut
+	s.req = c.requestTimes()
 	return s
 }
 
@@ -141,5 +149,12 @@ func since(a, b snapshot, workers int) breakdown {
 	for k, v := range b.cpu {
 		out.CoresUsed[k] = round2((v - a.cpu[k]) / wall)
 	}
+	out.Requests = map[string]float64{}
+	for k, e := range b.req {
+		if n := e.count - a.req[k].count; n > 0 {
+			out.Requests[k] = n
+		}
+	}
+	out.RequestMeanMS = requestCostMS(a.req, b.req)
 	return out
 }

@@ -69,6 +69,9 @@ type writeCounter struct {
 	// leaseWins counts Lease writes the apiserver accepted (grants, frees,
 	// repairs): with two managers racing, each must win some.
 	leaseWins atomic.Int64
+	// claimReads counts reads of one claim by name (live reads: the
+	// cache lists and watches, it never gets one by name).
+	claimReads atomic.Int64
 	// namespace, when set, limits counting to one namespace: the shared
 	// control plane still holds earlier specs' locks, which this manager
 	// also reconciles (and may rightly expire).
@@ -87,6 +90,9 @@ func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return t.next.RoundTrip(req)
 	}
 	lease := false
+	if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/fencedleases/") {
+		t.w.claimReads.Add(1)
+	}
 	if req.Method != http.MethodGet {
 		switch {
 		case strings.Contains(req.URL.Path, "/fencedleases"):
