@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,14 +40,33 @@ func newRunCommand(o *options) *cobra.Command {
 	var grace time.Duration
 	var sig syscall.Signal
 	cmd := &cobra.Command{
-		Use:   "run LOCK [flags] -- COMMAND [ARGS...]",
-		Short: "Hold the lock while COMMAND runs",
+		Use:   "run LOCK[,LOCK...] [flags] -- COMMAND [ARGS...]",
+		Short: "Hold the lock (or several) while COMMAND runs",
 		Long: `run waits for LOCK, then runs COMMAND while renewing the lease. COMMAND sees
-FENCEKEEPER_EPOCH, FENCEKEEPER_LOCK, FENCEKEEPER_HOLDER, FENCEKEEPER_CLAIM and
-FENCEKEEPER_NAMESPACE; it must stamp FENCEKEEPER_EPOCH on its writes to fenced
-objects. If the lease is lost, COMMAND and the processes below it get
---signal, then SIGKILL after --grace (run waits for them), and run says who
-holds the lock now. When COMMAND exits the lock is released.
+FENCEKEEPER_EPOCH, FENCEKEEPER_LOCK, FENCEKEEPER_HOLDER, FENCEKEEPER_CLAIM,
+FENCEKEEPER_NAMESPACE and FENCEKEEPER_EPOCH_<LOCK> (below); it must stamp
+FENCEKEEPER_EPOCH on its writes to fenced objects. If the lease is lost,
+COMMAND and the processes below it get --signal, then SIGKILL after --grace
+(run waits for them), and run says who holds the lock now. When COMMAND
+exits the lock is released.
+
+Several locks, LOCK1,LOCK2,... (comma-separated, no spaces): run takes them
+one at a time in one order that every caller shares, sorted by name
+whatever order they are given in, so two runs that ask for a,b and b,a
+cannot deadlock. COMMAND runs once it holds all of them; the loss of any
+one is the loss of all (COMMAND is signalled as above, exit 75), and all
+are released when COMMAND exits, in reverse order. If one is not granted,
+those taken before it are released and COMMAND does not run. The flags
+--wait and --no-wait apply to the whole set: --wait D is one deadline for
+all the locks (each claim gets what is left of it); with --no-wait each
+lock is asked for once.
+
+Each lock's epoch is in FENCEKEEPER_EPOCH_<LOCK>: the lock name upper-cased
+with '-' and '.' as '_' (report-2026-07 is FENCEKEEPER_EPOCH_REPORT_2026_07);
+two locks whose names map to one variable (a-b and a.b) cannot be run
+together. FENCEKEEPER_EPOCH, FENCEKEEPER_LOCK and FENCEKEEPER_CLAIM name one
+lock and are set only when there is one; FENCEKEEPER_HOLDER and
+FENCEKEEPER_NAMESPACE always are.
 
 Exit codes:
   COMMAND's own   COMMAND exited while the lease was held (128+N when signal N ended it)
@@ -60,7 +81,9 @@ gets the lock, and the waiters behind it do not wait for it). --no-wait
 tries once: the lock at the authority's first decision, or exit 73.`,
 		Example: `  kubectl fence run -n reports report-2026-07 --holder W1 --ttl 30s -- ./publish-report.sh
   kubectl fence run -n reports report-2026-07 -- sh -c 'echo "epoch $FENCEKEEPER_EPOCH"'
-  kubectl fence run -n reports report-2026-07 --no-wait -- ./publish-report.sh`,
+  kubectl fence run -n reports report-2026-07 --no-wait -- ./publish-report.sh
+  kubectl fence run -n reports report-2026-07,ledger-2026-07 --wait 1m -- \
+    sh -c 'echo "report $FENCEKEEPER_EPOCH_REPORT_2026_07, ledger $FENCEKEEPER_EPOCH_LEDGER_2026_07"'`,
 		Args: runArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			var ok bool
@@ -73,6 +96,7 @@ tries once: the lock at the authority's first decision, or exit 73.`,
 			return f.validate(cmd)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			locks := splitLocks(args[0])
 			lc, c, ns, err := o.clients()
 			if err != nil {
 				return err
@@ -81,12 +105,12 @@ tries once: the lock at the authority's first decision, or exit 73.`,
 			defer stop()
 			ctx, cancel := f.context(sigCtx)
 			defer cancel()
-			l, err := lc.Acquire(ctx, args[0], f.holder, f.options())
+			set, err := lc.AcquireAll(ctx, locks, f.holder, f.options())
 			if err != nil {
-				return f.waitFailed(ctx, c, ns, args[0], err)
+				return f.setWaitFailed(ctx, c, ns, locks, err)
 			}
 			stop() // from here on, signals go to the child
-			return runHeld(o, c, l, ns, args[1:], sigName, sig, grace)
+			return runHeld(o, c, set, ns, args[1:], sigName, sig, grace)
 		},
 	}
 	f.bind(cmd)
@@ -95,8 +119,8 @@ tries once: the lock at the authority's first decision, or exit 73.`,
 	return cmd
 }
 
-// runArgs wants exactly LOCK before "--" and a COMMAND after it. The "--"
-// keeps COMMAND's own flags away from ours.
+// runArgs wants exactly LOCK (or LOCK1,LOCK2,...) before "--" and a
+// COMMAND after it. The "--" keeps COMMAND's own flags away from ours.
 func runArgs(cmd *cobra.Command, args []string) error {
 	dash := cmd.ArgsLenAtDash()
 	switch {
@@ -107,29 +131,154 @@ func runArgs(cmd *cobra.Command, args []string) error {
 	case dash == 0:
 		return usageError(cmd, "missing LOCK before \"--\"")
 	case dash > 1:
-		return usageError(cmd, "one LOCK only before \"--\", got %q", args[:dash])
+		return usageError(cmd, "one LOCK only before \"--\", got %q; to hold several locks, join them with commas: %s",
+			args[:dash], strings.Join(args[:dash], ","))
 	case len(args) == 1:
 		return usageError(cmd, "missing COMMAND after \"--\"")
 	}
-	return validLock(args[0])
+	return validLocks(args[0])
 }
 
-func runHeld(o *options, c client.Client, l *lease.Lease, ns string, argv []string, sigName string, sig syscall.Signal, grace time.Duration) error {
+// splitLocks is the locks of run's LOCK argument: LOCK1,LOCK2,...
+func splitLocks(arg string) []string { return strings.Split(arg, ",") }
+
+// validLocks checks run's LOCK argument before any request: every name
+// valid (the bad one named), none twice, and no two that export one
+// FENCEKEEPER_EPOCH_<LOCK>.
+func validLocks(arg string) error {
+	locks := splitLocks(arg)
+	if len(locks) == 1 {
+		return validLock(locks[0]) // as before several locks could be given
+	}
+	for i, lock := range locks {
+		if lock == "" {
+			return fmt.Errorf("invalid LOCK %q: lock %d of %d is empty (separate lock names with single commas, no spaces)", arg, i+1, len(locks))
+		}
+	}
+	order, err := lease.AcquisitionOrder(locks)
+	if err != nil {
+		return fmt.Errorf("invalid LOCK %q: %w", arg, err)
+	}
+	byVar := map[string]string{}
+	for _, lock := range order {
+		v := EpochVar(lock)
+		if other, ok := byVar[v]; ok {
+			return fmt.Errorf("invalid LOCK %q: locks %q and %q would both export %s (the variable name has '_' for '-' and '.'): run them apart", arg, other, lock, v)
+		}
+		byVar[v] = lock
+	}
+	return nil
+}
+
+// EpochVar is the environment variable in which `run` passes lock's epoch
+// to COMMAND: FENCEKEEPER_EPOCH_ and the lock name upper-cased, with the
+// characters a lock name may have and an environment variable name may
+// not, '-' and '.', as '_': report-2026-07 is
+// FENCEKEEPER_EPOCH_REPORT_2026_07, ledger.v2 FENCEKEEPER_EPOCH_LEDGER_V2.
+// (Lock names are lowercase letters, digits, '-' and '.'; the prefix makes
+// a name starting with a digit a valid variable too.)
+func EpochVar(lock string) string {
+	return "FENCEKEEPER_EPOCH_" + strings.Map(func(r rune) rune {
+		switch {
+		case r == '-' || r == '.':
+			return '_'
+		case 'a' <= r && r <= 'z':
+			return r - 'a' + 'A'
+		}
+		return r
+	}, lock)
+}
+
+// oneLockVars are the variables that name one lock: run sets them only
+// when it holds one, and with several does not pass on those of its own
+// environment (a run inside another's COMMAND) either.
+var oneLockVars = []string{"FENCEKEEPER_EPOCH", "FENCEKEEPER_LOCK", "FENCEKEEPER_CLAIM"}
+
+// runEnv is COMMAND's environment: environ (run's own) and what run adds.
+// One lock: FENCEKEEPER_EPOCH, _LOCK, _HOLDER, _CLAIM, _NAMESPACE as
+// always, and FENCEKEEPER_EPOCH_<LOCK>. Several: FENCEKEEPER_EPOCH_<LOCK>
+// for each, FENCEKEEPER_HOLDER and FENCEKEEPER_NAMESPACE (the same for
+// every lock of the set).
+func runEnv(environ []string, ns, holder string, leases []*lease.Lease) []string {
+	env := slices.Clone(environ)
+	if len(leases) == 1 {
+		l := leases[0]
+		return append(env,
+			"FENCEKEEPER_EPOCH="+strconv.FormatInt(l.Epoch, 10),
+			"FENCEKEEPER_LOCK="+l.Lock,
+			"FENCEKEEPER_HOLDER="+holder,
+			"FENCEKEEPER_CLAIM="+l.ClaimName,
+			"FENCEKEEPER_NAMESPACE="+ns,
+			EpochVar(l.Lock)+"="+strconv.FormatInt(l.Epoch, 10),
+		)
+	}
+	env = slices.DeleteFunc(env, func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(oneLockVars, name)
+	})
+	for _, l := range leases {
+		env = append(env, EpochVar(l.Lock)+"="+strconv.FormatInt(l.Epoch, 10))
+	}
+	return append(env, "FENCEKEEPER_HOLDER="+holder, "FENCEKEEPER_NAMESPACE="+ns)
+}
+
+// setWaitFailed is waitFailed for AcquireAll's error, which names the lock
+// not taken. With one lock it says exactly what waitFailed says; with
+// several it adds what became of the locks taken before.
+func (f *acquireFlags) setWaitFailed(ctx context.Context, c client.Client, ns string, locks []string, err error) error {
+	var le *lease.LockError
+	if !errors.As(err, &le) {
+		return err
+	}
+	if len(locks) == 1 {
+		return f.waitFailed(ctx, c, ns, le.Lock, le.Err)
+	}
+	if errors.Is(le.Err, lease.ErrLost) {
+		// A lock taken was lost while run waited for a later one.
+		return fmt.Errorf("%w; run gave up waiting for the other locks: COMMAND not run", le)
+	}
+	order, _ := lease.AcquisitionOrder(locks) // checked in runArgs
+	var before []string
+	for _, lock := range order {
+		if lock == le.Lock {
+			break
+		}
+		before = append(before, ns+"/"+lock)
+	}
+	released := ""
+	switch {
+	case le.ReleaseErr != nil:
+		released = fmt.Sprintf("; releasing the locks taken before it failed: %v", le.ReleaseErr)
+	case len(before) == 1:
+		released = "; lock " + before[0] + ", taken before it, was released"
+	case len(before) > 1:
+		released = "; locks " + strings.Join(before, ", ") + ", taken before it, were released"
+	}
+	failed := f.waitFailed(ctx, c, ns, le.Lock, le.Err)
+	var na notAcquired
+	if errors.As(failed, &na) {
+		return notAcquired{fmt.Errorf("%w%s", na.err, released)}
+	}
+	return fmt.Errorf("%w%s", failed, released)
+}
+
+// runHeld runs the command while set is held: one lock, or several that
+// stand and fall together.
+func runHeld(o *options, c client.Client, set *lease.Set, ns string, argv []string, sigName string, sig syscall.Signal, grace time.Duration) error {
+	leases := set.Leases()
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, o.streams.Out, o.streams.ErrOut
 	child.SysProcAttr = childProcAttr(sig)
-	child.Env = append(os.Environ(),
-		"FENCEKEEPER_EPOCH="+strconv.FormatInt(l.Epoch, 10),
-		"FENCEKEEPER_LOCK="+l.Lock,
-		"FENCEKEEPER_HOLDER="+l.Holder,
-		"FENCEKEEPER_CLAIM="+l.ClaimName,
-		"FENCEKEEPER_NAMESPACE="+ns,
-	)
+	child.Env = runEnv(os.Environ(), ns, set.Holder(), leases)
 	if err := child.Start(); err != nil {
-		_ = l.Release(context.Background())
+		_ = set.Release(context.Background())
 		return fmt.Errorf("starting %s: %w", argv[0], err)
 	}
-	out(o.streams.ErrOut, "kubectl-fence: holding %s/%s with epoch %d (claim %s); running %s\n", ns, l.Lock, l.Epoch, l.ClaimName, argv[0])
+	held := make([]string, len(leases))
+	for i, l := range leases {
+		held[i] = fmt.Sprintf("%s/%s with epoch %d (claim %s)", ns, l.Lock, l.Epoch, l.ClaimName)
+	}
+	out(o.streams.ErrOut, "kubectl-fence: holding %s; running %s\n", strings.Join(held, ", "), argv[0])
 	// Recorded before anything waits for it, so before its ID can be reused.
 	command, _ := processOf(child.Process.Pid)
 
@@ -142,7 +291,8 @@ func runHeld(o *options, c client.Client, l *lease.Lease, ns string, argv []stri
 	var waitErr error
 	// done is set to nil once handled: a closed channel stays ready, and the
 	// loop would spin until the child exits.
-	done := l.Done()
+	// The set's Done closes when any of its leases ends.
+	done := set.Done()
 	// lostTree is what ran under the command when the lease was lost; it
 	// must be gone by killAt.
 	var lostTree []process
@@ -158,7 +308,8 @@ loop:
 			_ = child.Process.Signal(s)
 		case <-done:
 			done = nil
-			if l.State() != lease.Lost {
+			l := firstLost(leases)
+			if l == nil {
 				continue
 			}
 			lost = true
@@ -193,8 +344,12 @@ loop:
 	}
 	relCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := l.Release(relCtx); err != nil {
+	// All of the set, in reverse order, the lost ones included (their
+	// claims are deleted by UID).
+	if err := set.Release(relCtx); err != nil {
 		out(o.streams.ErrOut, "kubectl-fence: %v\n", err)
+	} else if lost && len(leases) > 1 {
+		out(o.streams.ErrOut, "kubectl-fence: released %s\n", strings.Join(lockNames(ns, leases), ", "))
 	}
 	// The command is gone; what it started may not be (a script killed by
 	// the signal leaves its programs to init): they get the grace period
@@ -218,6 +373,25 @@ loop:
 		return exitCode(ee.ExitCode())
 	}
 	return waitErr
+}
+
+// firstLost is the first of leases found lost, or nil.
+func firstLost(leases []*lease.Lease) *lease.Lease {
+	for _, l := range leases {
+		if l.State() == lease.Lost {
+			return l
+		}
+	}
+	return nil
+}
+
+// lockNames are "ns/lock" for each of leases.
+func lockNames(ns string, leases []*lease.Lease) []string {
+	out := make([]string, len(leases))
+	for i, l := range leases {
+		out[i] = ns + "/" + l.Lock
+	}
+	return out
 }
 
 // howEnded says how the command ended, from its Wait error.

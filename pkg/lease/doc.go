@@ -36,6 +36,12 @@
 // the Lease names someone else or the claim turns Expired. Loss cancels the
 // lease's context and closes Done().
 //
+// Several locks are taken together with AcquireAll, always in one order
+// every caller shares (AcquisitionOrder: sorted by name), so two callers
+// whose sets overlap cannot deadlock; the Set it returns ends, its context
+// cancelled, as soon as any of its leases is lost, and Release releases them
+// all in reverse order. A lock it cannot take releases the ones it took.
+//
 // Checking the state before a write is never enough (a pause can fall between
 // the check and the write); the epoch stamped on the write is what makes the
 // object refuse it. Update maps that refusal to ErrStaleEpoch.

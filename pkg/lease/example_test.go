@@ -95,3 +95,43 @@ func ExampleClient_TryAcquire() {
 	defer func() { _ = l.Release(context.Background()) }()
 	_ = computeReport(l.Context())
 }
+
+// AcquireAll holds several locks at once: the report and the ledger it
+// totals. Every caller takes them in one order (sorted by name), so a
+// worker that asks for "ledger-2026-07", "report-2026-07" and one that asks
+// for them the other way round cannot deadlock. Each lock has its own
+// epoch: a write to an object fenced by a lock presents that lock's.
+func ExampleClient_AcquireAll() {
+	cfg := config.GetConfigOrDie()
+	holders, err := lease.NewClient(cfg, "reports")
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: lease.Scheme()})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a deadline for the whole set
+	set, err := holders.AcquireAll(ctx, []string{"report-2026-07", "ledger-2026-07"}, "W1", lease.Options{TTL: 30 * time.Second})
+	cancel()
+	if err != nil {
+		log.Fatal(err) // a *lease.LockError names the lock; the ones taken before it were released
+	}
+	defer func() { _ = set.Release(context.Background()) }() // all of them, in reverse order
+	log.Printf("holding %v", set.Epochs())                   // map[ledger-2026-07:41 report-2026-07:9]
+
+	work := set.Context() // cancelled when ANY of the locks is lost
+	result := computeReport(work)
+
+	var cm corev1.ConfigMap
+	if err := c.Get(work, client.ObjectKey{Namespace: "reports", Name: "report-2026-07"}, &cm); err != nil {
+		log.Print(err)
+		return
+	}
+	cm.Data = map[string]string{"report.csv": result}
+	// The report's ConfigMap is fenced by the report's lock: its lease stamps it.
+	if err := set.Lease("report-2026-07").Update(context.Background(), c, &cm); errors.Is(err, lease.ErrStaleEpoch) {
+		log.Printf("a newer holder owns the report; discarding my result")
+	}
+}

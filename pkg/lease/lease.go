@@ -119,7 +119,7 @@ func (l *Lease) transition(to State, reason string) {
 		l.cancel()
 	}
 	if l.opts.OnTransition != nil {
-		l.opts.OnTransition(Transition{From: from, To: to, Reason: reason})
+		l.opts.OnTransition(Transition{Lock: l.Lock, From: from, To: to, Reason: reason})
 	}
 }
 

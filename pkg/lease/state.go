@@ -20,6 +20,9 @@ const (
 
 // Transition is one change of state, with why.
 type Transition struct {
+	// Lock is the lock whose lease changed state: one OnTransition serves
+	// every lock of an AcquireAll.
+	Lock     string
 	From, To State
 	Reason   string
 }
