@@ -30,6 +30,9 @@ var _ = Describe("Managed-Lease guard (ValidatingAdmissionPolicy) and its Go twi
 		name   string
 		delete bool
 		mutate func(l *coordinationv1.Lease)
+		// holderDenied: the holder's own identity must be refused too
+		// (not only another user).
+		holderDenied bool
 	}
 	later := func(l *coordinationv1.Lease, d time.Duration) *metav1.MicroTime {
 		t := metav1.NewMicroTime(l.Spec.RenewTime.Add(d))
@@ -61,6 +64,17 @@ var _ = Describe("Managed-Lease guard (ValidatingAdmissionPolicy) and its Go twi
 			l.Spec.RenewTime = later(l, time.Second)
 		}},
 		{name: "delete", delete: true},
+		// The Lease's list of timed-out claims decides who may be
+		// granted: a holder that listed a waiter would end its wait, one
+		// that emptied the list would make a timed-out claim grantable.
+		{name: "a waiter listed as timed out, with a renewal", holderDenied: true, mutate: func(l *coordinationv1.Lease) {
+			l.Annotations[fkv1.AnnotationTimedOutClaims] = "w2/0f0e0d0c-0000-4000-8000-000000000002"
+			l.Spec.RenewTime = later(l, time.Second)
+		}},
+		{name: "an empty timed-out list added, with a renewal", holderDenied: true, mutate: func(l *coordinationv1.Lease) {
+			l.Annotations[fkv1.AnnotationTimedOutClaims] = ""
+			l.Spec.RenewTime = later(l, time.Second)
+		}},
 	}
 
 	run := func(c client.Client, tc mutation) (*coordinationv1.Lease, *coordinationv1.Lease, error) {
@@ -100,6 +114,9 @@ var _ = Describe("Managed-Lease guard (ValidatingAdmissionPolicy) and its Go twi
 				}
 				if who.user == "mallory" {
 					Expect(goErr).To(HaveOccurred(), "%s: another user may change nothing", tc.name)
+				}
+				if tc.holderDenied {
+					Expect(apiErr).To(HaveOccurred(), "%s by %s: allowed", tc.name, who.user)
 				}
 			}
 
