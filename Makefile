@@ -46,12 +46,13 @@ all: build
 ##@ Tools (built from the Go module proxy into bin/, only when missing or re-pinned)
 
 .PHONY: tools
-tools: ## Build kube-apiserver, kube-controller-manager, etcd, etcdutl, kubectl, kwok, controller-gen, helm and promtool into bin/.
+tools: ## Build kube-apiserver, kube-controller-manager, kube-scheduler, etcd, etcdutl, kubectl, kwok, controller-gen, helm and promtool into bin/.
 	@hack/build-tool.sh controller-gen
 	@hack/build-tool.sh etcd
 	@hack/build-tool.sh etcdutl
 	@hack/build-tool.sh kube-apiserver
 	@hack/build-tool.sh kube-controller-manager
+	@hack/build-tool.sh kube-scheduler
 	@hack/build-tool.sh kubectl
 	@hack/build-tool.sh kwok
 	@hack/build-tool.sh helm
@@ -146,6 +147,10 @@ run: tools build manifests ## Local control plane + CRD + manager in the foregro
 dev-up: tools build manifests ## The same in the background; kubeconfig at .dev/kubeconfig.
 	@hack/dev-up.sh
 
+.PHONY: helm-local
+helm-local: tools build manifests ## The Helm chart installed by bin/helm into a bare dev-up control plane, which runs its pods as bin/manager processes (docs/install.md).
+	@hack/helm-local.sh
+
 .PHONY: chaos
 chaos: tools ## Randomized fault runs (CHAOS_RUNS=500, or CHAOS_BUDGET=10m; CHAOS_SEED=n replays one run); report in .chaos/.
 	CHAOS_RUNS="$(CHAOS_RUNS)" CHAOS_BUDGET="$(CHAOS_BUDGET)" CHAOS_SEED="$(CHAOS_SEED)" CHAOS_PARALLEL="$(CHAOS_PARALLEL)" CHAOS_PARTITIONS="$(CHAOS_PARTITIONS)" CHAOS_FENCING_MODE="$(CHAOS_FENCING_MODE)" CHAOS_LEADER_ELECTION="$(CHAOS_LEADER_ELECTION)" \
@@ -196,7 +201,7 @@ help: ## Show the targets by section, then the variables you can set.
 	@echo "  GUARDED_RESOURCES        run, dev-up: kinds the fencing webhook guards, RESOURCE[.GROUP],... (default configmaps)"
 	@echo "  FENCING_MODE             run, dev-up: webhook (default) or cel (the fencing rules as admission policies inside the apiserver)"
 	@echo "  BARE=1                   run, dev-up: control plane only, no CRD/webhook/policy/manager (to try the Helm chart)"
-	@echo "  CLUSTER=full             run, dev-up: also kube-controller-manager and kwok (two fake nodes): real Deployments, GC, namespace deletion"
+	@echo "  CLUSTER=full             run, dev-up: also kube-controller-manager, kube-scheduler and kwok (two fake nodes): real Deployments, scheduling, GC, namespace deletion"
 	@echo "  DEV_DIR                  dev-up, dev-down: state directory: kubeconfig, logs, ready marker (default .dev)"
 	@echo "  MANAGER_BIN              dev-up: the manager binary to run (default bin/manager)"
 	@echo "  CHAOS_RUNS, CHAOS_BUDGET chaos: how many runs, or for how long (make test: 60s); CHAOS_SEED=n replays one run"

@@ -2,7 +2,7 @@
 # Builds one pinned tool into bin/ from the Go module proxy, only when the
 # binary is missing or its pins (the tools module's go.mod/go.sum) changed.
 #
-#   hack/build-tool.sh kube-apiserver|kube-controller-manager|kubectl|etcd|etcdutl|kwok|controller-gen|helm|promtool|golangci-lint
+#   hack/build-tool.sh kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|etcd|etcdutl|kwok|controller-gen|helm|promtool|golangci-lint
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,6 +27,7 @@ tags=""
 case "${name}" in
 kube-apiserver) mod=hack/tools; pkg=k8s.io/kubernetes/cmd/kube-apiserver; ldflags="$(kube_ldflags)" ;;
 kube-controller-manager) mod=hack/tools; pkg=k8s.io/kubernetes/cmd/kube-controller-manager; ldflags="$(kube_ldflags)" ;;
+kube-scheduler) mod=hack/tools; pkg=k8s.io/kubernetes/cmd/kube-scheduler; ldflags="$(kube_ldflags)" ;;
 kubectl) mod=hack/tools; pkg=k8s.io/kubernetes/cmd/kubectl; ldflags="$(kube_ldflags)" ;;
 kwok) mod=hack/tools/kwok; pkg=sigs.k8s.io/kwok/cmd/kwok; ldflags="-s -w" ;;
 controller-gen) mod=hack/tools; pkg=sigs.k8s.io/controller-tools/cmd/controller-gen; ldflags="-s -w" ;;

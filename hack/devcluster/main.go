@@ -3,6 +3,12 @@
 // loopback), the CRDs from config/crd, an admin kubeconfig in the state
 // directory, and optionally bin/manager as a child process. SIGINT or SIGTERM
 // stops everything it started.
+//
+// With --bare (BARE=1; `make helm-local`) it installs nothing and runs the
+// pods of fencekeeper's Deployment, once the Helm chart has created it, as
+// bin/manager processes (hack/devcluster/localpods): no kubelet runs here.
+// The apiserver always resolves the Services it calls (the chart's webhook)
+// through their EndpointSlices (--enable-aggregator-routing).
 package main
 
 import (
@@ -18,12 +24,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/fencekeeper/fencekeeper/hack/devcluster/localpods"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
 	"github.com/fencekeeper/fencekeeper/test/proc"
 	"github.com/fencekeeper/fencekeeper/webhook"
@@ -31,6 +40,7 @@ import (
 
 type options struct {
 	dir, manager          string
+	podBinary             string // what runs the chart's pods (bare mode)
 	apiPort               int
 	metricsAddr, probeAdr string
 	guarded, fencingMode  string
@@ -49,12 +59,12 @@ func main() {
 	flag.StringVar(&o.fencingMode, "fencing-mode", envStr("FENCING_MODE", "webhook"),
 		"How fenced writes are checked: webhook (the fencing webhook) or cel (admission policies inside the apiserver) (env FENCING_MODE).")
 	flag.BoolVar(&o.bare, "bare", os.Getenv("BARE") == "1",
-		"Control plane only: no CRD, webhook, policy or manager (to try the Helm chart; env BARE=1).")
+		"Control plane only: no CRD, webhook, policy or manager (to try the Helm chart; env BARE=1). The pods of fencekeeper's Deployment (the chart's) run as --manager processes.")
 	flag.BoolVar(&o.full, "full", os.Getenv("CLUSTER") == "full",
-		"Also run kube-controller-manager (garbage collection, namespaces, Deployments, node lifecycle) and kwok with two fake nodes, so pods of real Deployments become Running (env CLUSTER=full).")
+		"Also run kube-controller-manager (garbage collection, namespaces, Deployments, node lifecycle), kube-scheduler and kwok with two fake nodes, so pods of real Deployments are scheduled and become Running (env CLUSTER=full).")
 	flag.Parse()
 	if o.bare {
-		o.manager = ""
+		o.podBinary, o.manager = o.manager, ""
 	}
 	if err := run(o); err != nil {
 		fmt.Fprintf(os.Stderr, "devcluster: %v\n", err)
@@ -85,6 +95,10 @@ func run(o options) error {
 	if o.bare {
 		env.CRDDirectoryPaths = nil
 	}
+	// The Services the apiserver calls (the chart's webhook) are reached
+	// through their EndpointSlices: no kube-proxy routes a cluster IP here.
+	// This devcluster's own manager's webhook is configured by URL.
+	localpods.ConfigureAPIServer(env)
 	if o.fencingMode != "webhook" && o.fencingMode != "cel" {
 		return fmt.Errorf("FENCING_MODE (--fencing-mode) must be webhook or cel, not %q", o.fencingMode)
 	}
@@ -111,6 +125,8 @@ func run(o options) error {
 	}
 	// Deferred before the control plane's stop, so it runs after it.
 	defer func() { _ = os.Remove(children) }()
+	mode := filepath.Join(dir, "mode")
+	defer func() { _ = os.Remove(mode) }()
 	defer func() {
 		fmt.Println(">> stopping the control plane")
 		if err := env.Stop(); err != nil {
@@ -128,6 +144,9 @@ func run(o options) error {
 	}
 	if o.bare {
 		fmt.Printf(">> bare control plane (nothing installed); admin kubeconfig: %s\n", kubeconfig)
+		if !o.full {
+			defer startLocalPods(ctx, o, cfg, dir, children)()
+		}
 	} else {
 		fmt.Printf(">> CRDs installed from config/crd; admin kubeconfig: %s\n", kubeconfig)
 	}
@@ -135,7 +154,7 @@ func run(o options) error {
 	if o.full {
 		cl, err := envtestutil.StartCluster(env, envtestutil.ClusterOptions{Dir: dir, NodeMonitorGracePeriod: 40 * time.Second})
 		if err != nil {
-			return fmt.Errorf("starting kube-controller-manager and kwok: %w", err)
+			return fmt.Errorf("starting kube-controller-manager, kube-scheduler and kwok: %w", err)
 		}
 		defer cl.Stop()
 		c, err := client.New(cfg, client.Options{})
@@ -147,8 +166,7 @@ func run(o options) error {
 				return err
 			}
 		}
-		fmt.Printf(">> kube-controller-manager and kwok running (logs in %s); fake nodes kwok-node-0, kwok-node-1 are Ready\n", dir)
-		fmt.Println("   no scheduler runs: give pod templates spec.nodeName: kwok-node-0")
+		fmt.Printf(">> kube-controller-manager, kube-scheduler and kwok running (logs in %s); fake nodes kwok-node-0, kwok-node-1 are Ready\n", dir)
 	}
 
 	var managerDone chan error
@@ -187,6 +205,16 @@ func run(o options) error {
 	if err := recordChildren(children); err != nil {
 		fmt.Fprintf(os.Stderr, "devcluster: recording the pids of its processes for dev-down: %v\n", err)
 	}
+	m := "manager"
+	if o.bare {
+		m = "bare"
+	}
+	if o.full {
+		m += " full"
+	}
+	if err := os.WriteFile(mode, []byte(m+"\n"), 0o644); err != nil {
+		return err
+	}
 	if err := os.WriteFile(ready, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return err
 	}
@@ -206,6 +234,43 @@ Press Ctrl-C (or run 'make dev-down' for dev-up) to stop everything.
 	case err := <-managerDone:
 		managerDone <- err // for the deferred stopProcess
 		return fmt.Errorf("the manager exited: %w", err)
+	}
+}
+
+// startLocalPods runs the pods of fencekeeper's Deployment, when the Helm
+// chart creates one, as processes of o.podBinary (localpods); stop stops
+// them.
+func startLocalPods(ctx context.Context, o options, cfg *rest.Config, dir, children string) (stop func()) {
+	if o.podBinary == "" {
+		fmt.Println(">> no --manager binary: the chart's pods will not run here")
+		return func() {}
+	}
+	ip := envtestutil.AdvertiseAddress()
+	if ip == "" {
+		fmt.Println(">> no non-loopback IPv4 address on an interface that is up (an EndpointSlice refuses loopback): the chart's pods will not run here")
+		return func() {}
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := localpods.Run(pctx, localpods.Options{
+			Config: cfg, Binary: o.podBinary, HostIP: ip, Dir: filepath.Join(dir, "pods"), Log: os.Stdout,
+			OnProcess: func() {
+				if err := recordChildren(children); err != nil {
+					fmt.Fprintf(os.Stderr, "devcluster: recording the pids of its processes for dev-down: %v\n", err)
+				}
+			},
+		})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "devcluster: the chart's pods will not run here: %v\n", err)
+		}
+	}()
+	fmt.Printf(">> fencekeeper's Deployment (label %s), once installed, runs here: its pods as %s processes (pod IP %s, ports of their own; output in %s), its Services' EndpointSlices point at them\n",
+		localpods.DefaultSelector, o.podBinary, ip, filepath.Join(dir, "pods"))
+	return func() {
+		cancel()
+		<-done
 	}
 }
 
@@ -312,12 +377,16 @@ func envInt(k string, def int) int {
 	return def
 }
 
+var recording sync.Mutex
+
 // recordChildren writes "PID COMM STARTTIME" for each of this process's
 // children to path, for hack/dev-down.sh: it kills a listed pid only while
 // the process with that pid has the same name and start time, so a pid
 // reused since is left alone. The list is replaced whole (a rename), never
 // left half written.
 func recordChildren(path string) error {
+	recording.Lock() // the chart's pods start and stop at any time
+	defer recording.Unlock()
 	children, err := proc.Children(os.Getpid())
 	if err != nil {
 		return err

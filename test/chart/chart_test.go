@@ -199,7 +199,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Expect(out).To(ContainSubstring("kubectl -n fencekeeper-system rollout status deployment/fk-fencekeeper"))
 		Expect(out).To(ContainSubstring("writes to fenced objects are refused"))
 		Expect(out).To(ContainSubstring("kubectl -n reports get fencedleases"))
-		Expect(out).To(ContainSubstring("helm uninstall leaves it: kubectl -n fencekeeper-system delete secret fk-fencekeeper-webhook-cert"))
+		Expect(out).To(ContainSubstring("the Secret fk-fencekeeper-webhook-cert (the chart creates it empty; helm uninstall deletes it)"))
 
 		var dep appsv1.Deployment
 		Expect(admin.Get(ctx, client.ObjectKey{Namespace: "fencekeeper-system", Name: "fk-fencekeeper"}, &dep)).To(Succeed())

@@ -91,6 +91,32 @@ func heldPods(ns, app string) []string {
 	return out
 }
 
+// readyPods are the pods whose Ready condition is True (not deleting).
+func readyPods(ns, app string) []string {
+	var out []string
+	for _, p := range podsOf(ns, app) {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				out = append(out, p.Name)
+			}
+		}
+	}
+	return out
+}
+
+// theReadyHolder is the pod that holds the lock and is the only Ready one
+// ("" while that is not so).
+func theReadyHolder(ns, app string) string {
+	held, ready := heldPods(ns, app), readyPods(ns, app)
+	if len(held) != 1 || len(ready) != 1 || held[0] != ready[0] {
+		return ""
+	}
+	return held[0]
+}
+
 func runningReady(ns, app string) int {
 	n := 0
 	for _, p := range podsOf(ns, app) {
@@ -117,7 +143,7 @@ var _ = Describe("Pod leases with real Deployments and nodes (kwok)", Ordered, f
 	It("a 3-replica Deployment: one pod holds at a time, through a rollout, with epochs that only go up", func() {
 		ns := newNamespace()
 		hist := watchClaims(ns)
-		d := leaseDeployment(ns, "reporter", "report", "kwok-a", 3, "10")
+		d := leaseDeployment(ns, "reporter", "report", "", 3, "10")
 		Eventually(func() int { return runningReady(ns, "reporter") }, 60*time.Second, 250*time.Millisecond).Should(Equal(3))
 		Eventually(func() []string { return heldPods(ns, "reporter") }, 30*time.Second).Should(HaveLen(1))
 
@@ -134,6 +160,34 @@ var _ = Describe("Pod leases with real Deployments and nodes (kwok)", Ordered, f
 		Eventually(func() []string { return heldPods(ns, "reporter") }, 30*time.Second).Should(
 			And(HaveLen(1), Not(ContainElement(before))))
 		Expect(hist.check()).To(BeNumerically(">=", 2), "the lock never passed on")
+	})
+
+	It("with the lease-held readiness gate, only the holder's pod is Ready, and Ready passes on with the lock", func() {
+		ns := newNamespace()
+		d := leaseDeployment(ns, "gated", "gated", "", 3, "10", withLeaseGate)
+		Eventually(func() int {
+			n := 0
+			for _, p := range podsOf(ns, "gated") {
+				if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning {
+					n++
+				}
+			}
+			return n
+		}, 60*time.Second, 250*time.Millisecond).Should(Equal(3), "the scheduler did not place the pods, or kwok did not run them")
+		Eventually(func() string { return theReadyHolder(ns, "gated") }, 30*time.Second, 250*time.Millisecond).ShouldNot(BeEmpty())
+		holder := theReadyHolder(ns, "gated")
+		Consistently(func() []string { return readyPods(ns, "gated") }, 3*time.Second).Should(Equal([]string{holder}),
+			"a pod whose readiness gate is not True became Ready")
+		Eventually(func() int32 {
+			var got appsv1.Deployment
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(d), &got)).To(Succeed())
+			return got.Status.ReadyReplicas
+		}, 30*time.Second, 250*time.Millisecond).Should(Equal(int32(1)))
+
+		By("the holder's pod goes: the lock passes on, and Ready with it")
+		Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: holder}})).To(Succeed())
+		Eventually(func() string { return theReadyHolder(ns, "gated") }, 30*time.Second, 250*time.Millisecond).Should(
+			And(Not(BeEmpty()), Not(Equal(holder))))
 	})
 
 	It("a lost node: its pod's lease expires after the TTL, long before eviction, and the waiter takes over", func() {

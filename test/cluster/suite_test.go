@@ -1,7 +1,8 @@
 // Package cluster_test runs fencekeeper against a control plane with real
 // controllers: kube-controller-manager (garbage collection, namespace
-// deletion, Deployments, node lifecycle) and kwok playing the kubelet of
-// fake nodes. What envtest alone can only replay by hand happens here.
+// deletion, Deployments, node lifecycle), kube-scheduler and kwok playing the
+// kubelet of fake nodes. What envtest alone can only replay by hand happens
+// here.
 package cluster_test
 
 import (
@@ -33,7 +34,7 @@ var (
 
 func TestCluster(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "Real-cluster suite (kube-controller-manager, kwok)")
+	RunSpecs(t, "Real-cluster suite (kube-controller-manager, kube-scheduler, kwok)")
 }
 
 var _ = BeforeSuite(func() {
@@ -41,7 +42,7 @@ var _ = BeforeSuite(func() {
 	suite, err = envtestutil.StartSuite(ctx, envtestutil.SuiteOptions{Log: GinkgoWriter, Guarded: []string{"configmaps"}})
 	Expect(err).NotTo(HaveOccurred())
 	env, k8s = suite.Admission, suite.Client
-	// kube-controller-manager and kwok start before the manager.
+	// kube-controller-manager, kube-scheduler and kwok start before the manager.
 	cluster, err = envtestutil.StartCluster(env.Env, envtestutil.ClusterOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	manager, err = env.StartManager()
@@ -60,10 +61,12 @@ var _ = AfterSuite(func() {
 	}
 })
 
-// On failure, show what kube-controller-manager and kwok were doing.
+// On failure, show what kube-controller-manager, kube-scheduler and kwok
+// were doing.
 var _ = ReportAfterEach(func(r SpecReport) {
 	if r.Failed() && cluster != nil {
 		AddReportEntry("kube-controller-manager log", cluster.Logs("kube-controller-manager", 40))
+		AddReportEntry("kube-scheduler log", cluster.Logs("kube-scheduler", 20))
 		AddReportEntry("kwok log", cluster.Logs("kwok", 20))
 	}
 })
@@ -105,10 +108,15 @@ func fencedConfigMap(ns, name, lock string, epoch int64) *corev1.ConfigMap {
 	}
 }
 
-// leaseDeployment is a Deployment whose pods ask for lock, pinned to node
-// (no scheduler runs: kwok only plays the kubelet).
-func leaseDeployment(ns, name, lock, node string, replicas int32, ttl string) *appsv1.Deployment {
+// leaseDeployment is a Deployment whose pods ask for lock; kube-scheduler
+// places them on kwok's nodes, on node alone when node is not "". Options
+// change it before it is created.
+func leaseDeployment(ns, name, lock, node string, replicas int32, ttl string, opts ...func(*appsv1.Deployment)) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
+	var onNode map[string]string
+	if node != "" {
+		onNode = map[string]string{corev1.LabelHostname: node}
+	}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: appsv1.DeploymentSpec{
@@ -119,13 +127,21 @@ func leaseDeployment(ns, name, lock, node string, replicas int32, ttl string) *a
 					fkv1.AnnotationLease: lock, fkv1.AnnotationLeaseDuration: ttl,
 				}},
 				Spec: corev1.PodSpec{
-					NodeName:                      node,
+					NodeSelector:                  onNode,
 					TerminationGracePeriodSeconds: ptr.To(int64(1)),
 					Containers:                    []corev1.Container{{Name: "worker", Image: "example.com/report-worker:1"}},
 				},
 			},
 		},
 	}
+	for _, o := range opts {
+		o(d)
+	}
 	ExpectWithOffset(1, k8s.Create(ctx, d)).To(Succeed())
 	return d
+}
+
+// withLeaseGate gives the pods the fencekeeper.io/lease-held readiness gate.
+func withLeaseGate(d *appsv1.Deployment) {
+	d.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: fkv1.PodConditionLeaseHeld}}
 }

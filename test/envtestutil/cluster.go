@@ -20,6 +20,9 @@ import (
 // (its controllers share it: no --use-service-account-credentials).
 const KubeControllerManagerUser = "system:kube-controller-manager"
 
+// KubeSchedulerUser is the identity kube-scheduler runs as.
+const KubeSchedulerUser = "system:kube-scheduler"
+
 // KwokNodeLabel marks the nodes kwok plays the kubelet for; taking it off a
 // node silences the node, the way a node that lost power goes silent.
 const KwokNodeLabel = "fencekeeper.test/kwok"
@@ -42,17 +45,17 @@ type ClusterOptions struct {
 	Dir string
 }
 
-// Cluster is kube-controller-manager and kwok running beside an envtest
-// control plane, so tests see what a real cluster does: garbage collection,
-// namespace deletion, Deployments whose pods become Running on kwok's nodes,
-// and nodes that stop answering.
+// Cluster is kube-controller-manager, kube-scheduler and kwok running beside
+// an envtest control plane, so tests see what a real cluster does: garbage
+// collection, namespace deletion, Deployments whose pods are scheduled onto
+// kwok's nodes and become Running there, and nodes that stop answering.
 type Cluster struct {
 	Dir   string
 	procs []*exec.Cmd
 }
 
-// StartCluster starts kube-controller-manager and kwok (from BinDir) against
-// env, which must already be started.
+// StartCluster starts kube-controller-manager, kube-scheduler and kwok (from
+// BinDir) against env, which must already be started.
 func StartCluster(env *envtest.Environment, o ClusterOptions) (*Cluster, error) {
 	if o.NodeMonitorGracePeriod == 0 {
 		o.NodeMonitorGracePeriod = 6 * time.Second
@@ -64,12 +67,16 @@ func StartCluster(env *envtest.Environment, o ClusterOptions) (*Cluster, error) 
 			return nil, err
 		}
 	}
-	for _, b := range []string{"kube-controller-manager", "kwok"} {
+	for _, b := range []string{"kube-controller-manager", "kube-scheduler", "kwok"} {
 		if _, err := os.Stat(filepath.Join(BinDir(), b)); err != nil {
 			return nil, fmt.Errorf("%s not found in %s: run 'make tools' (builds it from the Go module proxy)", b, BinDir())
 		}
 	}
 	kcmCfg, err := kubeconfigFor(env, dir, KubeControllerManagerUser)
+	if err != nil {
+		return nil, err
+	}
+	schedCfg, err := kubeconfigFor(env, dir, KubeSchedulerUser)
 	if err != nil {
 		return nil, err
 	}
@@ -86,6 +93,13 @@ func StartCluster(env *envtest.Environment, o ClusterOptions) (*Cluster, error) 
 		"--node-monitor-period=1s", "--node-monitor-grace-period="+grace.String(),
 		"--concurrent-gc-syncs=5", "--namespace-sync-period=10s", "-v=1",
 	); err != nil {
+		return nil, err
+	}
+	// The default scheduler profile; no serving port (nothing scrapes it).
+	if err := c.start("kube-scheduler",
+		"--kubeconfig="+schedCfg, "--leader-elect=false", "--secure-port=0", "-v=1",
+	); err != nil {
+		c.Stop()
 		return nil, err
 	}
 	if err := c.start("kwok",
