@@ -2,18 +2,13 @@ package authority_test
 
 import (
 	"fmt"
-	"net/http"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/ptr"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
-	"github.com/fencekeeper/fencekeeper/test/envtestutil"
-	"github.com/fencekeeper/fencekeeper/test/fault"
 )
 
 // Bounded waits (docs/design.md §5): a claim still Pending its
@@ -36,12 +31,6 @@ var _ = Describe("Acquire timeouts", func() {
 		c.Spec.AcquireTimeoutSeconds = ptr.To(seconds)
 		ExpectWithOffset(1, k8s.Create(ctx, c)).To(Succeed())
 		return c
-	}
-	reasonOf := func(c *fkv1.FencedLease) string {
-		if cond := meta.FindStatusCondition(c.Status.Conditions, fkv1.ConditionHeld); cond != nil {
-			return cond.Reason
-		}
-		return ""
 	}
 	It("ends a waiter not granted in time without an epoch, ends a try-once claim at once, and grants the next waiter at the release", func() {
 		m := startManager(time.Second)
@@ -130,13 +119,7 @@ var _ = Describe("Acquire timeouts", func() {
 		Eventually(func() string { return reasonOf(getClaim(ns, x.Name)) }, 10*time.Second).Should(Equal(fkv1.ReasonNext))
 
 		By("B's claim cache stops at X waiting; its Lease cache stays live")
-		claims := fault.NewWatchFreezer(func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/fencedleases") })
-		b, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns},
-			WrapTransport: func(rt http.RoundTripper) http.RoundTripper { return claims.Wrap(rt) }})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { claims.Thaw(); Expect(b.Stop()).To(Succeed()) })
-		time.Sleep(time.Second) // B's caches sync and show X waiting
-		claims.Freeze()
+		startFrozenClaimsManager(ns) // B's cache shows X waiting
 
 		By("A times X out and sees it end; the holder releases and A's write stops listing X")
 		Expect(reasonOf(eventuallyPhase(ns, x.Name, fkv1.PhaseExpired))).To(Equal(fkv1.ReasonAcquireTimeout))

@@ -8,7 +8,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/yaml"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -56,9 +55,7 @@ var _ = Describe("The claim samples", func() {
 		Expect(*check.Spec.AcquireTimeoutSeconds).To(BeZero())
 		ended := eventuallyPhase(ns, check.Name, fkv1.PhaseExpired)
 		Expect(ended.Status.Epoch).To(BeZero())
-		cond := meta.FindStatusCondition(ended.Status.Conditions, fkv1.ConditionHeld)
-		Expect(cond).NotTo(BeNil())
-		Expect(cond.Reason).To(Equal(fkv1.ReasonAcquireTimeout))
+		Expect(reasonOf(ended)).To(Equal(fkv1.ReasonAcquireTimeout))
 		Consistently(func() fkv1.FencedLeasePhase { return getClaim(ns, w3.Name).Status.Phase }, 2*time.Second).Should(Equal(fkv1.PhasePending))
 		Expect(getClaim(ns, w3.Name).Status.Epoch).To(BeZero())
 		h.verifyClaims()

@@ -17,6 +17,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -26,6 +27,7 @@ import (
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
+	"github.com/fencekeeper/fencekeeper/test/fault"
 	claimhistory "github.com/fencekeeper/fencekeeper/test/history"
 )
 
@@ -296,4 +298,25 @@ func (h *history) firstLease(lock string) *coordinationv1.Lease {
 	}
 	Fail("no Lease of lock " + lock + " was seen")
 	return nil
+}
+
+// startFrozenClaimsManager starts a second manager B for namespace ns whose
+// claim cache stops once it has synced (about a second): its Lease cache
+// stays live, so B decides on Leases newer than the claims it shows.
+func startFrozenClaimsManager(ns string) {
+	claims := fault.NewWatchFreezer(func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/fencedleases") })
+	b, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns},
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper { return claims.Wrap(rt) }})
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	DeferCleanup(func() { claims.Thaw(); Expect(b.Stop()).To(Succeed()) })
+	time.Sleep(time.Second) // B's caches sync
+	claims.Freeze()
+}
+
+// reasonOf is the reason of a claim's Held condition ("" without one).
+func reasonOf(c *fkv1.FencedLease) string {
+	if cond := meta.FindStatusCondition(c.Status.Conditions, fkv1.ConditionHeld); cond != nil {
+		return cond.Reason
+	}
+	return ""
 }

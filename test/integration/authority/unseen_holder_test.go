@@ -1,16 +1,12 @@
 package authority_test
 
 import (
-	"net/http"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
-	"github.com/fencekeeper/fencekeeper/test/envtestutil"
-	"github.com/fencekeeper/fencekeeper/test/fault"
 )
 
 // A holder the Lease names but the claim cache does not show is either
@@ -56,13 +52,7 @@ var _ = Describe("A holder missing from the claim cache", func() {
 		eventuallyPhase(ns, w.Name, fkv1.PhasePending)
 
 		By("B's claim cache stops at H0 holding and W waiting; its Lease cache stays live")
-		claims := fault.NewWatchFreezer(func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/fencedleases") })
-		b, err := envtestutil.StartManager(cfg, envtestutil.ManagerOptions{Namespaces: []string{ns},
-			WrapTransport: func(rt http.RoundTripper) http.RoundTripper { return claims.Wrap(rt) }})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { claims.Thaw(); Expect(b.Stop()).To(Succeed()) })
-		time.Sleep(time.Second) // B's caches sync
-		claims.Freeze()
+		startFrozenClaimsManager(ns)
 
 		By("W leaves, Y arrives, H0 releases: A grants Y, which B's cache never shows")
 		deleteClaim(w)
