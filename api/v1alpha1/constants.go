@@ -47,6 +47,10 @@ const (
 	// it stays Pending, the lock goes to the next waiter, and a Warning
 	// Event says to delete and re-create it.
 	ReasonNoIdentity = "NoIdentity"
+	// ReasonCapacityMismatch: the claim asks for another maxHolders than
+	// the lock's (recorded in its Lease while it has holders); it stays
+	// Pending until the lock has no holder and it is first in line.
+	ReasonCapacityMismatch = "CapacityMismatch"
 )
 
 // Labels, annotations and finalizers of the backing Lease.
@@ -102,10 +106,34 @@ const (
 	AnnotationBrokenBy        = Prefix + "broken-by"
 	AnnotationCreatedByPodUID = Prefix + "created-by-pod-uid"
 
+	// AnnotationMaxHolders, on the Lease, is the lock's capacity (absent:
+	// 1, a mutex). Each live permit of a semaphore lock is one annotation,
+	// AnnotationPermitPrefix plus its epoch (fencekeeper.io/permit-42), whose
+	// value is the Permit as JSON: admission looks up the presented epoch
+	// by key. All are the manager's.
+	AnnotationMaxHolders   = Prefix + "max-holders"
+	AnnotationPermitPrefix = Prefix + "permit-"
+	// LabelPermitEpoch marks a permit's renewal Lease (PermitLeaseName):
+	// the epoch of the permit it renews. Its LabelLock names the lock.
+	LabelPermitEpoch = Prefix + "permit-epoch"
+	// AnnotationLeaseMaxHolders on a pod sets the claim's maxHolders.
+	AnnotationLeaseMaxHolders = Prefix + "lease-max-holders"
+
 	// LeaseFinalizer keeps the backing Lease (the epoch ledger) from being
 	// deleted while claims for its lock exist.
 	LeaseFinalizer = Prefix + "lease-protection"
 )
+
+// MaxHolders returns the claim's capacity, defaulted (1: a mutex).
+func (f *FencedLease) MaxHolders() int32 {
+	if f.Spec.MaxHolders == nil || *f.Spec.MaxHolders < 1 {
+		return 1
+	}
+	return *f.Spec.MaxHolders
+}
+
+// MaxMaxHolders is the largest capacity a lock may have.
+const MaxMaxHolders = 100
 
 // DefaultLeaseDurationSeconds is the TTL of a claim that sets none.
 const DefaultLeaseDurationSeconds int32 = 15

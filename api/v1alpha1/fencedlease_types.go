@@ -22,6 +22,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.lockName == oldSelf.lockName",message="lockName is immutable: create a new FencedLease to contend for another lock"
 // +kubebuilder:validation:XValidation:rule="self.holderIdentity == oldSelf.holderIdentity",message="holderIdentity is immutable: create a new FencedLease for another holder"
 // +kubebuilder:validation:XValidation:rule="has(self.acquireTimeoutSeconds) == has(oldSelf.acquireTimeoutSeconds)",message="acquireTimeoutSeconds is immutable: it cannot be set or removed after the claim is created"
+// +kubebuilder:validation:XValidation:rule="(has(self.maxHolders) ? self.maxHolders : 1) == (has(oldSelf.maxHolders) ? oldSelf.maxHolders : 1)",message="maxHolders is immutable: create a new claim for another capacity"
 type FencedLeaseSpec struct {
 	// lockName names the lock in this namespace. The backing
 	// coordination.k8s.io Lease and the fencekeeper.io/lock label of
@@ -59,6 +60,18 @@ type FencedLeaseSpec struct {
 	// +kubebuilder:validation:Maximum=86400
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="acquireTimeoutSeconds is immutable: create a new claim for another deadline"
 	AcquireTimeoutSeconds *int32 `json:"acquireTimeoutSeconds,omitempty"`
+
+	// maxHolders is the lock's capacity: 1 (the default) is a mutex, more
+	// makes it a semaphore whose holders each hold a permit with an epoch
+	// of its own (docs/design.md §9). A lock's capacity is recorded in its
+	// Lease while it has no holder; a claim asking for another capacity
+	// stays Pending with reason CapacityMismatch.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="maxHolders is immutable: create a new claim for another capacity"
+	MaxHolders *int32 `json:"maxHolders,omitempty"`
 }
 
 // FencedLeaseStatus is the controller's view of the claim, derived from the
@@ -119,6 +132,7 @@ type FencedLeaseStatus struct {
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.spec.holderIdentity`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.epoch`
+// +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.maxHolders`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type FencedLease struct {
 	metav1.TypeMeta `json:",inline"`

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -43,13 +45,111 @@ type Ledger struct {
 	// Adopted is true when the labels and finalizer of a managed Lease of
 	// this lock are all present.
 	Adopted bool
+	// Capacity is the lock's maxHolders as recorded (AnnotationMaxHolders;
+	// 1 when absent). CapacityValid is false when the annotation is
+	// malformed or out of range.
+	Capacity      int32
+	CapacityValid bool
+	// Permits are a semaphore lock's live permits, by epoch
+	// (AnnotationPermits). PermitsValid is false when the annotation is
+	// malformed: no permit can be trusted, and admission accepts none.
+	Permits      []Permit
+	PermitsValid bool
+}
+
+// Permit is one live permit of a semaphore lock, as the lock's Lease
+// records it: the epoch it was granted with and the claim, holder and
+// identity it was granted to. Its holder renews the Lease named
+// PermitLeaseName(lock, Epoch).
+//
+// +kubebuilder:object:generate=false
+type Permit struct {
+	// Epoch is the permit's epoch: the annotation key's suffix.
+	Epoch int64     `json:"-"`
+	Claim string    `json:"claim"`
+	UID   types.UID `json:"uid"`
+	// Holder is the claim's holderIdentity.
+	Holder string `json:"holder"`
+	// User and PodUID are the identity the claim is bound to.
+	User   string `json:"user,omitempty"`
+	PodUID string `json:"podUID,omitempty"`
+	// TTL is the claim's leaseDurationSeconds, recorded at grant.
+	TTL int32 `json:"ttl"`
+}
+
+// PermitLeaseName is the Lease a permit's holder renews.
+func PermitLeaseName(lockName string, epoch int64) string {
+	return lockName + "-permit-" + strconv.FormatInt(epoch, 10)
+}
+
+// IsPermitLease reports whether lease is a permit's renewal Lease that
+// fencekeeper manages, and of which lock.
+func IsPermitLease(lease *coordinationv1.Lease) (lockName string, ok bool) {
+	if !IsManagedLease(lease) || lease.Labels[LabelPermitEpoch] == "" {
+		return "", false
+	}
+	return lease.Labels[LabelLock], true
+}
+
+// IsSemaphore reports whether the ledger records a capacity above 1.
+func (l Ledger) IsSemaphore() bool { return l.Capacity > 1 }
+
+// PermitOf returns the live permit granted with epoch.
+func (l Ledger) PermitOf(epoch int64) (Permit, bool) {
+	for _, p := range l.Permits {
+		if p.Epoch == epoch {
+			return p, true
+		}
+	}
+	return Permit{}, false
+}
+
+// PermitFor returns the live permit of claim uid.
+func (l Ledger) PermitFor(uid types.UID) (Permit, bool) {
+	for _, p := range l.Permits {
+		if uid != "" && p.UID == uid {
+			return p, true
+		}
+	}
+	return Permit{}, false
+}
+
+// permitKey is the Lease annotation of the permit granted with epoch.
+func permitKey(epoch int64) string { return AnnotationPermitPrefix + strconv.FormatInt(epoch, 10) }
+
+// parsePermits reads the permit annotations (AnnotationPermitPrefix plus
+// the epoch, a JSON Permit without the epoch as value), by epoch. A key or
+// value that does not parse, or a permit naming no claim, is an error.
+func parsePermits(annotations map[string]string) ([]Permit, error) {
+	var ps []Permit
+	for k, v := range annotations {
+		suffix, ok := strings.CutPrefix(k, AnnotationPermitPrefix)
+		if !ok {
+			continue
+		}
+		epoch, err := ParseEpoch(suffix)
+		if err != nil {
+			return nil, fmt.Errorf("permit annotation %s: %w", k, err)
+		}
+		p := Permit{}
+		if err := json.Unmarshal([]byte(v), &p); err != nil {
+			return nil, fmt.Errorf("permit annotation %s: %w", k, err)
+		}
+		if p.UID == "" || p.Claim == "" {
+			return nil, fmt.Errorf("permit annotation %s names no claim", k)
+		}
+		p.Epoch = epoch
+		ps = append(ps, p)
+	}
+	slices.SortFunc(ps, func(a, b Permit) int { return cmp.Compare(a.Epoch, b.Epoch) })
+	return ps, nil
 }
 
 // ReadLedger reads the ledger of lock lockName from its Lease (nil: no Lease).
 // A Lease without the managed-by label yields a Ledger with Exists false.
 func ReadLedger(lease *coordinationv1.Lease, lockName string) Ledger {
 	if lease == nil {
-		return Ledger{EpochValid: true}
+		return Ledger{EpochValid: true, Capacity: 1, CapacityValid: true, PermitsValid: true}
 	}
 	l := Ledger{
 		Exists:       IsManagedLease(lease),
@@ -71,6 +171,17 @@ func ReadLedger(lease *coordinationv1.Lease, lockName string) Ledger {
 	}
 	if lease.Spec.HolderIdentity != nil {
 		l.HolderIdentity = *lease.Spec.HolderIdentity
+	}
+	l.Capacity, l.CapacityValid = 1, true
+	if v, ok := lease.Annotations[AnnotationMaxHolders]; ok {
+		n, err := strconv.ParseInt(v, 10, 32)
+		l.Capacity, l.CapacityValid = int32(n), err == nil && n >= 1 && n <= MaxMaxHolders && strconv.FormatInt(n, 10) == v
+		if !l.CapacityValid {
+			l.Capacity = 0
+		}
+	}
+	if ps, err := parsePermits(lease.Annotations); err == nil {
+		l.Permits, l.PermitsValid = ps, true
 	}
 	if lease.Spec.LeaseDurationSeconds != nil {
 		l.LeaseDurationSeconds = *lease.Spec.LeaseDurationSeconds
@@ -119,6 +230,20 @@ func (l Ledger) ApplyTo(lease *coordinationv1.Lease, lockName string) {
 		timedOut[i] = ref.Name + "/" + string(ref.UID)
 	}
 	setOrDelete(lease.Annotations, AnnotationTimedOutClaims, strings.Join(timedOut, ","))
+	capacity := ""
+	if l.Capacity > 1 {
+		capacity = strconv.FormatInt(int64(l.Capacity), 10)
+	}
+	setOrDelete(lease.Annotations, AnnotationMaxHolders, capacity)
+	for k := range lease.Annotations {
+		if strings.HasPrefix(k, AnnotationPermitPrefix) {
+			delete(lease.Annotations, k)
+		}
+	}
+	for _, p := range l.Permits {
+		b, _ := json.Marshal(p) // plain strings and numbers: cannot fail
+		lease.Annotations[permitKey(p.Epoch)] = string(b)
+	}
 }
 
 // ClaimRef names one claim of a lock.

@@ -46,7 +46,7 @@ func TestReadLedgerCounterGrammar(t *testing.T) {
 
 func TestReadLedger(t *testing.T) {
 	g := NewWithT(t)
-	g.Expect(ReadLedger(nil, "x")).To(Equal(Ledger{EpochValid: true}), "no Lease: a fresh, empty ledger")
+	g.Expect(ReadLedger(nil, "x")).To(Equal(Ledger{EpochValid: true, Capacity: 1, CapacityValid: true, PermitsValid: true}), "no Lease: a fresh, empty ledger")
 
 	lease := managedLease(map[string]string{
 		AnnotationEpoch: "42", AnnotationClaim: "w2-report", AnnotationClaimUID: "uid-w2", AnnotationPreviousClaimUID: "uid-w1",
@@ -55,7 +55,8 @@ func TestReadLedger(t *testing.T) {
 	lease.Spec.LeaseDurationSeconds = ptr.To(int32(30))
 	l := ReadLedger(lease, "report-2026-07")
 	g.Expect(l).To(Equal(Ledger{Exists: true, Epoch: 42, EpochValid: true, HolderClaim: "w2-report", HolderUID: "uid-w2",
-		HolderIdentity: "W2", PreviousUID: "uid-w1", LeaseDurationSeconds: 30, Adopted: true}))
+		HolderIdentity: "W2", PreviousUID: "uid-w1", LeaseDurationSeconds: 30, Adopted: true,
+		Capacity: 1, CapacityValid: true, PermitsValid: true}))
 	g.Expect(l.Held()).To(BeTrue())
 	g.Expect(l.HeldEpoch()).To(Equal(int64(42)))
 
@@ -110,4 +111,66 @@ func managedLease(ann map[string]string) *coordinationv1.Lease {
 		Labels:     map[string]string{LabelManagedBy: ManagedByValue, LabelLock: "report-2026-07"},
 		Finalizers: []string{LeaseFinalizer},
 	}}
+}
+
+func TestLedgerPermitsRoundTrip(t *testing.T) {
+	g := NewWithT(t)
+	lease := managedLease(map[string]string{AnnotationEpoch: "12"})
+	l := ReadLedger(lease, "warehouse")
+	g.Expect(l.Capacity).To(Equal(int32(1)))
+	g.Expect(l.IsSemaphore()).To(BeFalse())
+	l.Capacity = 3
+	l.Permits = []Permit{
+		{Epoch: 12, Claim: "w2", UID: "u2", Holder: "worker-2", User: "alice", TTL: 15},
+		{Epoch: 11, Claim: "w1", UID: "u1", Holder: "worker-1", PodUID: "p1", TTL: 30},
+	}
+	l.ApplyTo(lease, "warehouse")
+	g.Expect(lease.Annotations).To(HaveKeyWithValue(AnnotationMaxHolders, "3"))
+	g.Expect(lease.Annotations).To(HaveKey("fencekeeper.io/permit-11"))
+	back := ReadLedger(lease, "warehouse")
+	g.Expect(back.IsSemaphore()).To(BeTrue())
+	g.Expect(back.PermitsValid).To(BeTrue())
+	g.Expect(back.Permits).To(HaveLen(2))
+	g.Expect(back.Permits[0].Epoch).To(Equal(int64(11)), "by epoch")
+	p, ok := back.PermitOf(12)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(p.User).To(Equal("alice"))
+	_, ok = back.PermitFor("u1")
+	g.Expect(ok).To(BeTrue())
+	_, ok = back.PermitOf(10)
+	g.Expect(ok).To(BeFalse())
+
+	// Back to a mutex: every permit annotation and the capacity go.
+	back.Capacity, back.Permits = 1, nil
+	back.ApplyTo(lease, "warehouse")
+	for k := range lease.Annotations {
+		g.Expect(k).NotTo(HavePrefix(AnnotationPermitPrefix))
+	}
+	g.Expect(lease.Annotations).NotTo(HaveKey(AnnotationMaxHolders))
+}
+
+func TestLedgerPermitsMalformed(t *testing.T) {
+	for name, ann := range map[string]map[string]string{
+		"bad epoch key":   {"fencekeeper.io/permit-012": `{"claim":"a","uid":"u"}`},
+		"zero epoch key":  {"fencekeeper.io/permit-0": `{"claim":"a","uid":"u"}`},
+		"not json":        {"fencekeeper.io/permit-3": `claim=a`},
+		"no claim uid":    {"fencekeeper.io/permit-3": `{"claim":"a"}`},
+		"no claim name":   {"fencekeeper.io/permit-3": `{"uid":"u"}`},
+		"non-digit epoch": {"fencekeeper.io/permit-x": `{"claim":"a","uid":"u"}`},
+	} {
+		ann[AnnotationEpoch] = "3"
+		if l := ReadLedger(managedLease(ann), "warehouse"); l.PermitsValid || len(l.Permits) != 0 {
+			t.Errorf("%s: PermitsValid %v, permits %v; want invalid and none", name, l.PermitsValid, l.Permits)
+		}
+	}
+	for raw, want := range map[string]int32{"2": 2, "100": 100, "1": 1} {
+		if l := ReadLedger(managedLease(map[string]string{AnnotationEpoch: "3", AnnotationMaxHolders: raw}), "w"); !l.CapacityValid || l.Capacity != want {
+			t.Errorf("capacity %q: got %d/%v", raw, l.Capacity, l.CapacityValid)
+		}
+	}
+	for _, raw := range []string{"0", "101", "-1", "03", "x", ""} {
+		if l := ReadLedger(managedLease(map[string]string{AnnotationEpoch: "3", AnnotationMaxHolders: raw}), "w"); l.CapacityValid {
+			t.Errorf("capacity %q read as valid (%d)", raw, l.Capacity)
+		}
+	}
 }

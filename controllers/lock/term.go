@@ -22,6 +22,9 @@ import (
 type View struct {
 	// HeldEpoch is the holder's epoch (0: free).
 	HeldEpoch int64
+	// Permits are the epochs of a semaphore lock's live permits, ascending
+	// (nil for a mutex).
+	Permits []int64
 	// Floor is the highest epoch this process issued or saw for the lock.
 	Floor int64
 	// deadline is when the holder's lease lapses on this process's clock,
@@ -85,6 +88,14 @@ func (r *Reconciler) EndTerm() { r.term.caughtUp.Store(false) }
 func (r *Reconciler) FreshView(lock types.NamespacedName) (heldEpoch, floor int64, fresh bool) {
 	v, ok := r.freshView(lock)
 	return v.HeldEpoch, v.Floor, ok
+}
+
+// FreshPermits is FreshView for a semaphore lock: the epochs of its live
+// permits, ascending, the floor, and whether the authority vouches for
+// them now (as FreshView; the deadline is the earliest permit's).
+func (r *Reconciler) FreshPermits(lock types.NamespacedName) (permits []int64, floor int64, fresh bool) {
+	v, ok := r.freshView(lock)
+	return v.Permits, v.Floor, ok && len(v.Permits) > 0
 }
 
 func (r *Reconciler) freshView(lock types.NamespacedName) (View, bool) {
