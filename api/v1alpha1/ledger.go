@@ -46,15 +46,15 @@ type Ledger struct {
 	// this lock are all present.
 	Adopted bool
 	// Capacity is the lock's maxHolders as recorded (AnnotationMaxHolders;
-	// 1 when absent). CapacityValid is false when the annotation is
-	// malformed or out of range.
-	Capacity      int32
-	CapacityValid bool
-	// Permits are a semaphore lock's live permits, by epoch
-	// (AnnotationPermits). PermitsValid is false when the annotation is
-	// malformed: no permit can be trusted, and admission accepts none.
-	Permits      []Permit
-	PermitsValid bool
+	// 0 or 1: a mutex; read it with MaxHolders). CapacityInvalid is true
+	// when the annotation is malformed or out of range.
+	Capacity        int32
+	CapacityInvalid bool
+	// Permits are a semaphore lock's live permits, by epoch (the
+	// AnnotationPermitPrefix annotations). PermitsInvalid is true when one
+	// is malformed: no permit can be trusted, and admission accepts none.
+	Permits        []Permit
+	PermitsInvalid bool
 }
 
 // Permit is one live permit of a semaphore lock, as the lock's Lease
@@ -93,6 +93,15 @@ func IsPermitLease(lease *coordinationv1.Lease) (lockName string, ok bool) {
 
 // IsSemaphore reports whether the ledger records a capacity above 1.
 func (l Ledger) IsSemaphore() bool { return l.Capacity > 1 }
+
+// MaxHolders is the recorded capacity (1: a mutex, also when unset).
+func (l Ledger) MaxHolders() int32 { return max(l.Capacity, 1) }
+
+// IsMutexLedger reports whether the ledger is a plain mutex one: no
+// capacity above 1, no permit, nothing unreadable about either.
+func (l Ledger) IsMutexLedger() bool {
+	return l.Capacity <= 1 && !l.CapacityInvalid && len(l.Permits) == 0 && !l.PermitsInvalid
+}
 
 // PermitOf returns the live permit granted with epoch.
 func (l Ledger) PermitOf(epoch int64) (Permit, bool) {
@@ -149,7 +158,7 @@ func parsePermits(annotations map[string]string) ([]Permit, error) {
 // A Lease without the managed-by label yields a Ledger with Exists false.
 func ReadLedger(lease *coordinationv1.Lease, lockName string) Ledger {
 	if lease == nil {
-		return Ledger{EpochValid: true, Capacity: 1, CapacityValid: true, PermitsValid: true}
+		return Ledger{EpochValid: true}
 	}
 	l := Ledger{
 		Exists:       IsManagedLease(lease),
@@ -172,16 +181,18 @@ func ReadLedger(lease *coordinationv1.Lease, lockName string) Ledger {
 	if lease.Spec.HolderIdentity != nil {
 		l.HolderIdentity = *lease.Spec.HolderIdentity
 	}
-	l.Capacity, l.CapacityValid = 1, true
 	if v, ok := lease.Annotations[AnnotationMaxHolders]; ok {
 		n, err := strconv.ParseInt(v, 10, 32)
-		l.Capacity, l.CapacityValid = int32(n), err == nil && n >= 1 && n <= MaxMaxHolders && strconv.FormatInt(n, 10) == v
-		if !l.CapacityValid {
-			l.Capacity = 0
+		if err == nil && n >= 1 && n <= MaxMaxHolders && strconv.FormatInt(n, 10) == v {
+			l.Capacity = int32(n)
+		} else {
+			l.CapacityInvalid = true
 		}
 	}
 	if ps, err := parsePermits(lease.Annotations); err == nil {
-		l.Permits, l.PermitsValid = ps, true
+		l.Permits = ps
+	} else {
+		l.PermitsInvalid = true
 	}
 	if lease.Spec.LeaseDurationSeconds != nil {
 		l.LeaseDurationSeconds = *lease.Spec.LeaseDurationSeconds

@@ -46,7 +46,7 @@ func TestReadLedgerCounterGrammar(t *testing.T) {
 
 func TestReadLedger(t *testing.T) {
 	g := NewWithT(t)
-	g.Expect(ReadLedger(nil, "x")).To(Equal(Ledger{EpochValid: true, Capacity: 1, CapacityValid: true, PermitsValid: true}), "no Lease: a fresh, empty ledger")
+	g.Expect(ReadLedger(nil, "x")).To(Equal(Ledger{EpochValid: true}), "no Lease: a fresh, empty ledger")
 
 	lease := managedLease(map[string]string{
 		AnnotationEpoch: "42", AnnotationClaim: "w2-report", AnnotationClaimUID: "uid-w2", AnnotationPreviousClaimUID: "uid-w1",
@@ -55,8 +55,7 @@ func TestReadLedger(t *testing.T) {
 	lease.Spec.LeaseDurationSeconds = ptr.To(int32(30))
 	l := ReadLedger(lease, "report-2026-07")
 	g.Expect(l).To(Equal(Ledger{Exists: true, Epoch: 42, EpochValid: true, HolderClaim: "w2-report", HolderUID: "uid-w2",
-		HolderIdentity: "W2", PreviousUID: "uid-w1", LeaseDurationSeconds: 30, Adopted: true,
-		Capacity: 1, CapacityValid: true, PermitsValid: true}))
+		HolderIdentity: "W2", PreviousUID: "uid-w1", LeaseDurationSeconds: 30, Adopted: true}))
 	g.Expect(l.Held()).To(BeTrue())
 	g.Expect(l.HeldEpoch()).To(Equal(int64(42)))
 
@@ -117,7 +116,8 @@ func TestLedgerPermitsRoundTrip(t *testing.T) {
 	g := NewWithT(t)
 	lease := managedLease(map[string]string{AnnotationEpoch: "12"})
 	l := ReadLedger(lease, "warehouse")
-	g.Expect(l.Capacity).To(Equal(int32(1)))
+	g.Expect(l.MaxHolders()).To(Equal(int32(1)))
+	g.Expect(l.IsMutexLedger()).To(BeTrue())
 	g.Expect(l.IsSemaphore()).To(BeFalse())
 	l.Capacity = 3
 	l.Permits = []Permit{
@@ -129,7 +129,8 @@ func TestLedgerPermitsRoundTrip(t *testing.T) {
 	g.Expect(lease.Annotations).To(HaveKey("fencekeeper.io/permit-11"))
 	back := ReadLedger(lease, "warehouse")
 	g.Expect(back.IsSemaphore()).To(BeTrue())
-	g.Expect(back.PermitsValid).To(BeTrue())
+	g.Expect(back.PermitsInvalid).To(BeFalse())
+	g.Expect(back.IsMutexLedger()).To(BeFalse())
 	g.Expect(back.Permits).To(HaveLen(2))
 	g.Expect(back.Permits[0].Epoch).To(Equal(int64(11)), "by epoch")
 	p, ok := back.PermitOf(12)
@@ -159,17 +160,17 @@ func TestLedgerPermitsMalformed(t *testing.T) {
 		"non-digit epoch": {"fencekeeper.io/permit-x": `{"claim":"a","uid":"u"}`},
 	} {
 		ann[AnnotationEpoch] = "3"
-		if l := ReadLedger(managedLease(ann), "warehouse"); l.PermitsValid || len(l.Permits) != 0 {
-			t.Errorf("%s: PermitsValid %v, permits %v; want invalid and none", name, l.PermitsValid, l.Permits)
+		if l := ReadLedger(managedLease(ann), "warehouse"); !l.PermitsInvalid || len(l.Permits) != 0 || l.IsMutexLedger() {
+			t.Errorf("%s: PermitsInvalid %v, permits %v; want invalid and none", name, l.PermitsInvalid, l.Permits)
 		}
 	}
 	for raw, want := range map[string]int32{"2": 2, "100": 100, "1": 1} {
-		if l := ReadLedger(managedLease(map[string]string{AnnotationEpoch: "3", AnnotationMaxHolders: raw}), "w"); !l.CapacityValid || l.Capacity != want {
-			t.Errorf("capacity %q: got %d/%v", raw, l.Capacity, l.CapacityValid)
+		if l := ReadLedger(managedLease(map[string]string{AnnotationEpoch: "3", AnnotationMaxHolders: raw}), "w"); l.CapacityInvalid || l.MaxHolders() != want {
+			t.Errorf("capacity %q: got %d/%v", raw, l.Capacity, l.CapacityInvalid)
 		}
 	}
 	for _, raw := range []string{"0", "101", "-1", "03", "x", ""} {
-		if l := ReadLedger(managedLease(map[string]string{AnnotationEpoch: "3", AnnotationMaxHolders: raw}), "w"); l.CapacityValid {
+		if l := ReadLedger(managedLease(map[string]string{AnnotationEpoch: "3", AnnotationMaxHolders: raw}), "w"); !l.CapacityInvalid || l.IsMutexLedger() {
 			t.Errorf("capacity %q read as valid (%d)", raw, l.Capacity)
 		}
 	}

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -28,7 +29,7 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	case actIdle:
 		r.memory.publishView(lock, View{})
 		mem.forget(g.hasLease)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.syncPermitLeases(ctx, lock, g, g.ledger, metav1.MicroTime{})
 	case actForeign:
 		lockConflicts.Inc()
 		if err := r.syncStatuses(ctx, mem, g.claims, statusInputs{foreign: g.foreign}); err != nil {
@@ -37,8 +38,12 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 		// That Lease is outside the cache: its removal sends no event.
 		return ctrl.Result{RequeueAfter: r.foreignRecheck}, nil
 	case actReleaseFinalizer:
-		// The Lease goes: nothing is vouched for from its cached copy.
+		// The Lease goes: nothing is vouched for from its cached copy, and
+		// no permit is live.
 		r.memory.publishView(lock, View{})
+		if err := r.syncPermitLeases(ctx, lock, g, fkv1.Ledger{Epoch: math.MaxInt64}, metav1.MicroTime{}); err != nil {
+			return ctrl.Result{}, err
+		}
 		return ctrl.Result{}, r.releaseFinalizer(ctx, g.lease)
 	}
 
@@ -53,6 +58,10 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	}
 
 	lease := g.lease
+	// A new permit's renewal Lease starts renewed at its grant, and this
+	// process records that renewTime as the permit's first renewal (as the
+	// apiserver stores it: microseconds).
+	grantTime := metav1.NewMicroTime(r.clock.Now().Truncate(time.Microsecond))
 	if a.kind.writesLease() {
 		if !r.term.leading() || !r.floor.current(g.term) {
 			// This term is not certainly ours (a leader that resumed from a
@@ -69,11 +78,14 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 			// even if its reply is lost.
 			r.memory.publishView(lock, View{})
 		}
-		if a.kind == actGrant && a.holder.Spec.AcquireTimeoutSeconds != nil {
+		for _, c := range a.granted() {
+			if c.Spec.AcquireTimeoutSeconds == nil {
+				continue
+			}
 			// A claim with a deadline may have been timed out by another
 			// authority whose record this Lease no longer lists, while this
 			// cache still shows it waiting: read it live before granting.
-			ended, err := r.claimEnded(ctx, client.ObjectKeyFromObject(a.holder), a.holder.UID)
+			ended, err := r.claimEnded(ctx, client.ObjectKeyFromObject(c), c.UID)
 			if err != nil {
 				return ctrl.Result{}, err
 			}
@@ -107,9 +119,14 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 			r.memory.publishView(lock, View{}) // a repair keeps its view up to the write
 			return ctrl.Result{}, fmt.Errorf("writing Lease %s: %w", lock, err)
 		}
+		if a.semaphore {
+			r.recordPermitWrite(ctx, lock, g, a)
+		}
 		r.recordLeaseWrite(ctx, lock, g, a)
 		lease = written
-		if a.kind == actGrant {
+		if a.semaphore {
+			r.grantedPermits(ctx, lock, a, grantTime, mem)
+		} else if a.kind == actGrant {
 			pod, notReadySince, err := r.holderPod(ctx, lock.Namespace, a.holder, true)
 			if err != nil {
 				return ctrl.Result{}, err
@@ -118,8 +135,12 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 		}
 	}
 
+	if err := r.syncPermitLeases(ctx, lock, g, fkv1.ReadLedger(lease, lock.Name), grantTime); err != nil {
+		return ctrl.Result{}, err
+	}
 	in := statusInputs{lease: lease, ledger: fkv1.ReadLedger(lease, lock.Name), exhausted: a.exhausted, maxWaiters: r.maxWaiters,
-		unrecorded: a.unrecorded && !a.kind.writesLease()} // a write leaves a counter its holder holds
+		unrecorded: a.unrecorded && !a.kind.writesLease(), // a write leaves a counter its holder holds
+		permitEnds: a.permitEndReasons()}
 	in.queueFull = queueFull(g.claims, in.ledger, r.maxWaiters)
 	if next := nextReadyWaiter(g.claims, in.ledger, g.waiterPods); next != nil && !a.exhausted && !in.queueFull[next.UID] {
 		in.next = next.UID
@@ -134,9 +155,14 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	case holderEpochLost:
 		in.epochLostUID = string(a.endedUID)
 	}
-	if (a.kind == actGrant || g.renewWatched) && g.caughtUp && !mem.uncertain {
+	switch {
+	case a.semaphore && g.caughtUp && !mem.uncertain && g.permitsWatched && len(in.ledger.Permits) > 0:
+		r.memory.publishView(lock, View{Permits: permitEpochs(in.ledger), Floor: mem.raiseFloor(), deadline: g.now.Add(a.requeueAfter)})
+	case a.semaphore:
+		r.memory.publishView(lock, View{})
+	case (a.kind == actGrant || g.renewWatched) && g.caughtUp && !mem.uncertain:
 		r.memory.publishView(lock, View{HeldEpoch: in.ledger.HeldEpoch(), Floor: mem.raiseFloor(), deadline: g.now.Add(a.requeueAfter)})
-	} else {
+	default:
 		// Just started (or resumed): the holder's fresh TTL here is for
 		// expiry only; the webhook must read live until a renewal is seen.
 		r.memory.publishView(lock, View{})
@@ -213,8 +239,19 @@ func leaseAfter(lock types.NamespacedName, current *coordinationv1.Lease, led fk
 	after := led
 	after.Epoch = a.epoch
 	after.TimedOut = a.timedOut
-	switch a.kind {
-	case actGrant:
+	switch {
+	case a.semaphore:
+		// A semaphore's Lease names no holder: its permits are listed, and
+		// each permit's holder renews a Lease of its own.
+		after.Capacity, after.Permits = a.capacity, a.permits
+		after.HolderClaim, after.HolderUID, after.HolderUser, after.HolderPodUID, after.PreviousUID = "", "", "", "", ""
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = nil, nil
+		if len(a.grants) > 0 {
+			l.Spec.AcquireTime = &now
+			l.Spec.RenewTime = &now
+			l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + int32(len(a.grants)))
+		}
+	case a.kind == actGrant:
 		if led.Held() {
 			after.PreviousUID = led.HolderUID
 		}
@@ -226,13 +263,13 @@ func leaseAfter(lock types.NamespacedName, current *coordinationv1.Lease, led fk
 		l.Spec.RenewTime = &now
 		l.Spec.LeaseDurationSeconds = ptr.To(a.leaseDuration)
 		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
-	case actFree:
+	case a.kind == actFree:
 		// Released or expired with nobody waiting: keep the epoch.
 		after.PreviousUID = led.HolderUID
 		after.HolderClaim, after.HolderUID = "", ""
 		after.HolderUser, after.HolderPodUID = "", ""
 		l.Spec.HolderIdentity = nil
-	case actRepair:
+	case a.kind == actRepair:
 		if a.holder != nil {
 			// The holder stays; keep the Lease's TTL in line with its claim.
 			l.Spec.LeaseDurationSeconds = ptr.To(a.leaseDuration)
@@ -265,7 +302,7 @@ func (r *Reconciler) recordLeaseWrite(ctx context.Context, lock types.Namespaced
 			}
 		}
 	}
-	if a.kind == actGrant {
+	if a.kind == actGrant && !a.semaphore {
 		grants.Inc()
 		observeAcquireWait(a.holder, r.clock.Now())
 		logger.Info("granted", "claim", a.holder.Name, "holder", a.holder.Spec.HolderIdentity, "epoch", a.epoch)
@@ -304,7 +341,8 @@ func (r *Reconciler) releaseFinalizer(ctx context.Context, lease *coordinationv1
 func ownersOf(claims []*fkv1.FencedLease, led fkv1.Ledger) []*fkv1.FencedLease {
 	var out []*fkv1.FencedLease
 	for _, c := range claims {
-		if (c.UID == led.HolderUID && c.UID != "") || (c.UID == led.PreviousUID && c.UID != "") || c.Status.Phase == fkv1.PhaseHeld {
+		_, permit := led.PermitFor(c.UID)
+		if (c.UID == led.HolderUID && c.UID != "") || (c.UID == led.PreviousUID && c.UID != "") || c.Status.Phase == fkv1.PhaseHeld || permit {
 			out = append(out, c)
 		}
 	}

@@ -1,10 +1,12 @@
 package lock
 
 import (
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
 )
 
@@ -69,4 +71,37 @@ func (m *lockMemory) observe(signal renewal, now time.Time) (time.Time, bool) {
 // readiness change).
 func (m *lockMemory) granted(signal renewal, now time.Time) {
 	m.renewal, m.renewalSeen = observed{signal: signal, at: now}, true
+}
+
+// observePermit is observe for one permit of a semaphore lock (by epoch).
+func (m *lockMemory) observePermit(epoch int64, signal renewal, now time.Time) (time.Time, bool) {
+	o, seen := m.permitRenewals[epoch]
+	switch {
+	case !seen || signal.renews(o.signal):
+		o = observed{signal: signal, at: now, firstSight: !seen}
+	default:
+		o.signal = signal
+	}
+	if m.permitRenewals == nil {
+		m.permitRenewals = map[int64]observed{}
+	}
+	m.permitRenewals[epoch] = o
+	return o.at, !o.firstSight
+}
+
+// grantedPermit is granted for one permit this process has just granted.
+func (m *lockMemory) grantedPermit(epoch int64, signal renewal, now time.Time) {
+	if m.permitRenewals == nil {
+		m.permitRenewals = map[int64]observed{}
+	}
+	m.permitRenewals[epoch] = observed{signal: signal, at: now}
+}
+
+// retainPermits forgets the renewals of permits that are no longer live.
+func (m *lockMemory) retainPermits(live []fkv1.Permit) {
+	for epoch := range m.permitRenewals {
+		if !slices.ContainsFunc(live, func(p fkv1.Permit) bool { return p.Epoch == epoch }) {
+			delete(m.permitRenewals, epoch)
+		}
+	}
 }

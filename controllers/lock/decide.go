@@ -61,6 +61,9 @@ type snapshot struct {
 	// termFloor is this term's floor (termFloor): every grant is at least
 	// that.
 	termFloor int64
+	// permits are a semaphore lock's live permits (semaphore.go), as the
+	// Lease lists them.
+	permits []permitState
 }
 
 // actionKind is what a reconcile does to the lock's Lease.
@@ -143,6 +146,15 @@ type action struct {
 	// that holder is not shown Held from this Lease, and its hold ends
 	// (holderEpochLost) as soon as the Lease can be written.
 	unrecorded bool
+	// semaphore is true for a decision on a semaphore lock
+	// (decideSemaphore): the Lease is written in its layout, capacity and
+	// permits (the live permits after the action) instead of a holder;
+	// grants are the permits granted, permitEnds those ended.
+	semaphore  bool
+	capacity   int32
+	permits    []fkv1.Permit
+	grants     []permitGrant
+	permitEnds []permitEnd
 }
 
 // decide computes what one reconcile of a lock does: a chain of named rules,
@@ -164,6 +176,9 @@ type action struct {
 func decide(s snapshot) action {
 	if a, ok := settled(s); ok {
 		return a
+	}
+	if semaphoreLock(s) {
+		return decideSemaphore(s)
 	}
 	ep := epochsOf(s)
 	a := action{kind: actKeep, epoch: ep.issued, unrecorded: ep.unrecorded, repaired: ep.repaired}
@@ -202,7 +217,7 @@ func acquireTimeouts(s snapshot, a action) action {
 	var due []fkv1.ClaimRef
 	for _, c := range s.claims {
 		limit := c.Spec.AcquireTimeoutSeconds
-		if limit == nil || !grantable(c, s.ledger) || (a.holder != nil && c.UID == a.holder.UID) {
+		if limit == nil || !grantable(c, s.ledger) || a.grantee(c.UID) {
 			continue
 		}
 		seen, ok := s.firstSeen[c.UID]
@@ -242,7 +257,7 @@ func settled(s snapshot) (action, bool) {
 		return action{kind: actForeign}, true
 	case len(s.claims) == 0 && s.hasLease && s.leaseDeleting:
 		return action{kind: actReleaseFinalizer}, true
-	case len(s.claims) == 0 && !s.ledger.Held() && !s.dropsOwners():
+	case len(s.claims) == 0 && !s.ledger.Held() && len(s.ledger.Permits) == 0 && !s.dropsOwners():
 		return action{kind: actIdle}, true
 	}
 	return action{}, false
@@ -363,7 +378,9 @@ func nextGrant(s snapshot, ep epochSource, a action) (action, bool) {
 	// The ended holder is never a waiter: grantable skips the Lease's holder.
 	next := nextReadyWaiter(s.claims, s.ledger, s.waiterPods)
 	switch {
-	case next == nil:
+	case next == nil || next.MaxHolders() != 1:
+		// A claim for a semaphore at the head waits for the lock to be
+		// free: it is then decided as a semaphore (semaphoreLock).
 		return a, false
 	case ep.issued == math.MaxInt64:
 		a.exhausted = true

@@ -42,6 +42,11 @@ type gathered struct {
 	// term is the term whose floor this reconcile read: its Lease writes
 	// are sent only while that term lasts.
 	term uint64
+	// permitLeases are the lock's permit renewal Leases in the cache, by
+	// epoch (semaphore.go); permitsWatched is true when this process
+	// watched every live permit's current renewal signal appear.
+	permitLeases   map[int64]*coordinationv1.Lease
+	permitsWatched bool
 }
 
 // gather reads the lock's claims and Lease from the informer cache, reading
@@ -84,12 +89,22 @@ func (r *Reconciler) gather(ctx context.Context, lock types.NamespacedName, mem 
 	if g.lease != nil {
 		g.renewSeenAt, g.renewWatched = mem.observe(renewalOf(g.lease, g.ledger.HolderUID, g.holderPod, notReadySince), r.clock.Now())
 	}
+	if err := r.gatherPermits(ctx, lock, mem, &g, known); err != nil {
+		return g, err
+	}
 	epochs := []int64{g.ledger.Epoch}
 	for _, c := range g.claims {
 		epochs = append(epochs, c.Status.Epoch)
 	}
+	for _, p := range g.ledger.Permits {
+		epochs = append(epochs, p.Epoch)
+	}
 	g.floor = mem.raiseFloor(epochs...)
-	if g.waiterPods, err = r.waiterPods(ctx, lock.Namespace, g.claims, g.ledger); err != nil {
+	need := 1
+	if semaphoreLock(g.snapshot) {
+		need = fkv1.MaxMaxHolders
+	}
+	if g.waiterPods, err = r.waiterPods(ctx, lock.Namespace, g.claims, g.ledger, need); err != nil {
 		return g, err
 	}
 	var behind bool
@@ -152,10 +167,11 @@ func renewalOf(lease *coordinationv1.Lease, holderUID types.UID, pod pods.Livene
 }
 
 // waiterPods reads, from the pod cache, the liveness of the pods waiting pod
-// claims were made for, in queue order, up to the first waiter that could
-// be granted (so a long queue costs a read only for its head). A claim that
-// records no identity is never granted (nextReadyWaiter): it is passed over.
-func (r *Reconciler) waiterPods(ctx context.Context, ns string, claims []*fkv1.FencedLease, led fkv1.Ledger) (map[types.UID]pods.Liveness, error) {
+// claims were made for, in queue order, up to the need-th waiter that could
+// be granted (so a long queue costs a read only for its head: one for a
+// mutex, up to a semaphore's capacity). A claim that records no identity is
+// never granted (nextReadyWaiter): it is passed over.
+func (r *Reconciler) waiterPods(ctx context.Context, ns string, claims []*fkv1.FencedLease, led fkv1.Ledger, need int) (map[types.UID]pods.Liveness, error) {
 	var out map[types.UID]pods.Liveness
 	for _, c := range waitingInOrder(claims, led) {
 		if fkv1.RecordsNoIdentity(c) {
@@ -166,7 +182,10 @@ func (r *Reconciler) waiterPods(ctx context.Context, ns string, claims []*fkv1.F
 			return nil, err
 		}
 		if live == pods.NotAPod || live == pods.Live {
-			break
+			if need--; need <= 0 {
+				break
+			}
+			continue
 		}
 		if out == nil {
 			out = map[types.UID]pods.Liveness{}
@@ -284,6 +303,10 @@ func (r *Reconciler) leaseOf(ctx context.Context, lock types.NamespacedName, mem
 	err := r.client.Get(ctx, lock, &lease)
 	switch {
 	case err == nil:
+		if of, ok := fkv1.IsPermitLease(&lease); ok {
+			// Never taken for this lock's ledger: it renews a permit.
+			return nil, fmt.Sprintf("Lease %s is the renewal Lease of a permit of lock %s; use another lock name", lock, of), nil
+		}
 		return &lease, "", nil
 	case !apierrors.IsNotFound(err):
 		return nil, "", err
@@ -329,17 +352,27 @@ func (r *Reconciler) readForeignLease(ctx context.Context, lock types.Namespaced
 // comes back, so its absence now is its deletion. That is a holder's
 // release by delete, the common path, which thus costs no request.
 func (r *Reconciler) confirmHolder(ctx context.Context, lock types.NamespacedName, led fkv1.Ledger, claims []*fkv1.FencedLease, known fifo) ([]*fkv1.FencedLease, error) {
-	if !led.Held() || findClaim(claims, led.HolderUID) != nil || led.HolderClaim == "" || slices.Contains(known, led.HolderUID) {
+	if !led.Held() {
+		return claims, nil
+	}
+	return r.confirmClaim(ctx, lock, led.HolderClaim, led.HolderUID, claims, known)
+}
+
+// confirmClaim is confirmHolder for one claim the Lease names (the holder,
+// or a permit's): claims, plus that claim when the cache misses it and a
+// live read shows it exists.
+func (r *Reconciler) confirmClaim(ctx context.Context, lock types.NamespacedName, name string, uid types.UID, claims []*fkv1.FencedLease, known fifo) ([]*fkv1.FencedLease, error) {
+	if findClaim(claims, uid) != nil || name == "" || slices.Contains(known, uid) {
 		return claims, nil
 	}
 	var c fkv1.FencedLease
-	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: led.HolderClaim}, &c)
+	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: name}, &c)
 	switch {
 	case apierrors.IsNotFound(err):
 		return claims, nil
 	case err != nil:
-		return nil, fmt.Errorf("confirming holder claim %s/%s: %w", lock.Namespace, led.HolderClaim, err)
-	case c.UID == led.HolderUID && c.DeletionTimestamp == nil && c.Spec.LockName == lock.Name:
+		return nil, fmt.Errorf("confirming claim %s/%s: %w", lock.Namespace, name, err)
+	case c.UID == uid && c.DeletionTimestamp == nil && c.Spec.LockName == lock.Name:
 		return append(claims, &c), nil
 	}
 	return claims, nil

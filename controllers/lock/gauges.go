@@ -18,7 +18,7 @@ const contendedTop = 10
 func summarizeQueue(m *lockMemory, g gathered, a action) {
 	n, oldest := 0, time.Time{}
 	for _, c := range g.claims {
-		if !grantable(c, g.ledger) || (a.kind == actGrant && a.holder != nil && c.UID == a.holder.UID) {
+		if !grantable(c, g.ledger) || (a.kind == actGrant && a.grantee(c.UID)) {
 			continue
 		}
 		n++

@@ -59,6 +59,10 @@ type lockMemory struct {
 	// firstSeen is when this process first observed each waiting claim that
 	// sets acquireTimeoutSeconds (its own clock, never creationTimestamp).
 	firstSeen map[types.UID]time.Time
+	// permitRenewals is, for a semaphore lock, when this process first
+	// observed each live permit's current renewal signal (by epoch), as
+	// renewal is for a mutex's holder.
+	permitRenewals map[int64]observed
 	// view is what the authority vouches for to the webhook (views.go). It is
 	// written only through publishView, never by store.
 	view View
@@ -90,7 +94,8 @@ func laterLease(a, b leaseVersion) leaseVersion {
 // idle reports whether m holds nothing worth keeping.
 func (m *lockMemory) idle() bool {
 	return !m.renewalSeen && m.floor == 0 && m.leaseExpect == (leaseVersion{}) && len(m.claimWrites) == 0 && len(m.firstSeen) == 0 &&
-		!m.uncertain && !m.foreign && m.waiting == 0 && m.heldSince.IsZero() && m.view.HeldEpoch == 0
+		!m.uncertain && !m.foreign && m.waiting == 0 && m.heldSince.IsZero() && m.view.HeldEpoch == 0 &&
+		len(m.permitRenewals) == 0 && len(m.view.Permits) == 0
 }
 
 // memory is the authority's per-lock memory: one entry per lock that is not
@@ -118,6 +123,7 @@ func (m *memory) load(lock types.NamespacedName) lockMemory {
 	out := *cur
 	out.claimWrites = maps.Clone(cur.claimWrites)
 	out.firstSeen = maps.Clone(cur.firstSeen)
+	out.permitRenewals = maps.Clone(cur.permitRenewals)
 	return out
 }
 
@@ -142,6 +148,9 @@ func (m *memory) store(lock types.NamespacedName, loaded, next lockMemory) {
 	}
 	if len(next.firstSeen) == 0 {
 		next.firstSeen = nil
+	}
+	if len(next.permitRenewals) == 0 {
+		next.permitRenewals = nil
 	}
 	if next.idle() {
 		delete(m.locks, lock)

@@ -173,6 +173,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &coordinationv1.Lease{}, indexPermitOf, permitOf); err != nil {
+		return err
+	}
 	managed := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetLabels()[fkv1.LabelManagedBy] == fkv1.ManagedByValue
 	})
@@ -198,6 +201,12 @@ func claimToLock(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 func leaseToLock(_ context.Context, o client.Object) []reconcile.Request {
+	if lockName, ok := fkv1.IsPermitLease(o.(*coordinationv1.Lease)); ok {
+		// A permit's renewal wakes its lock (and the lock of that name, which
+		// must not take it for its ledger).
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: lockName}},
+			{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
+	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
 }
 

@@ -41,6 +41,9 @@ type statusInputs struct {
 	// ahead of them.
 	queueFull  map[types.UID]bool
 	maxWaiters int
+	// permitEnds is why this reconcile ended each semaphore permit it
+	// ended, by claim.
+	permitEnds map[types.UID]holderEnd
 }
 
 // transitionEpochLost is desiredStatus's transition for the holder whose
@@ -60,6 +63,11 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		return st, "" // terminal
 	}
 	lockName := c.Spec.LockName
+	if in.foreign == "" && in.lease != nil && !in.ledger.IsMutexLedger() {
+		if st, transition, done := permitStatus(c, st, in); done {
+			return st, transition
+		}
+	}
 
 	switch {
 	case in.foreign == "" && c.UID == in.ledger.HolderUID && in.lease != nil:
@@ -155,6 +163,11 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		case in.foreign != "":
 			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonLockConflict, in.foreign)
 			setCondition(&st, fkv1.ConditionLockConflict, metav1.ConditionTrue, fkv1.ReasonLockConflict, in.foreign)
+		case capacityMismatch(c, in.ledger):
+			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonCapacityMismatch,
+				fmt.Sprintf("This claim asks for maxHolders %d, but lock %s has maxHolders %d while it is held: it waits until the lock has no holder "+
+					"and it is first in line (claims behind it wait too)", c.MaxHolders(), lockName, in.ledger.MaxHolders()))
+			meta.RemoveStatusCondition(&st.Conditions, fkv1.ConditionLockConflict)
 		case in.exhausted:
 			setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, fkv1.ReasonEpochsExhausted,
 				fmt.Sprintf("Lock %s has issued its last possible epoch (%d) and will never be granted again: use another lock name", lockName, in.ledger.Epoch))
@@ -173,6 +186,68 @@ func desiredStatus(c *fkv1.FencedLease, in statusInputs) (fkv1.FencedLeaseStatus
 		}
 		return st, transition
 	}
+}
+
+// capacityMismatch reports whether claim c asks for another capacity than
+// the lock has while it is held (docs/design.md §9).
+func capacityMismatch(c *fkv1.FencedLease, l fkv1.Ledger) bool {
+	return (l.Held() || len(l.Permits) > 0) && c.MaxHolders() != l.MaxHolders()
+}
+
+// permitStatus is desiredStatus for a claim of a semaphore lock whose
+// status a permit decides (done): a claim with a live permit is Held at
+// its permit's epoch; one that was granted a permit the Lease, at or past
+// its grant, no longer lists has lost it (Expired). Other claims (waiting,
+// timed out, turned away) are not done: desiredStatus goes on as for a
+// mutex.
+func permitStatus(c *fkv1.FencedLease, st fkv1.FencedLeaseStatus, in statusInputs) (fkv1.FencedLeaseStatus, string, bool) {
+	lockName := c.Spec.LockName
+	if p, ok := in.ledger.PermitFor(c.UID); ok {
+		if st.Epoch != 0 && st.Epoch != p.Epoch {
+			return st, "", true // its permit ends (decideSemaphore), never re-epoched
+		}
+		transition := ""
+		st.Epoch = p.Epoch
+		if st.Phase != fkv1.PhaseHeld {
+			transition = fkv1.ReasonGranted
+			st.Phase = fkv1.PhaseHeld
+			st.AcquireTime = microToTime(in.lease.Spec.AcquireTime)
+			st.RenewTime = st.AcquireTime
+			if st.RenewTime != nil {
+				t := metav1.NewTime(st.RenewTime.Add(c.LeaseDuration()))
+				st.ExpireTime = &t
+			}
+		}
+		st.LeaseName = fkv1.PermitLeaseName(lockName, p.Epoch)
+		setCondition(&st, fkv1.ConditionHeld, metav1.ConditionTrue, fkv1.ReasonGranted,
+			fmt.Sprintf("Holds a permit of lock %s (at most %d holders) with epoch %d; renews Lease %s", lockName, in.ledger.MaxHolders(), p.Epoch, st.LeaseName))
+		meta.RemoveStatusCondition(&st.Conditions, fkv1.ConditionLockConflict)
+		return st, transition, true
+	}
+	if st.Phase != fkv1.PhaseHeld && st.Epoch == 0 {
+		return st, "", false
+	}
+	if st.Epoch > in.ledger.Epoch {
+		// The Lease we read is older than this claim's grant.
+		return st, "", true
+	}
+	reason, transition := fkv1.ReasonExpired, fkv1.ReasonExpired
+	msg := fmt.Sprintf("Lost its permit of lock %s (epoch %d): no renewal observed for %ds", lockName, st.Epoch, c.LeaseDurationSeconds())
+	switch end := in.permitEnds[c.UID]; {
+	case end == holderEpochLost:
+		reason, transition = fkv1.ReasonSuperseded, transitionEpochLost
+		msg = fmt.Sprintf("Lost its permit of lock %s: the claim records another epoch than its permit (%d); create a new claim to contend again", lockName, st.Epoch)
+	case end == holderGaveUp || (end == holderContinues && !in.ledger.IsSemaphore()):
+		reason, transition = fkv1.ReasonSuperseded, fkv1.ReasonSuperseded
+		msg = fmt.Sprintf("Lost lock %s (epoch %d): the Lease no longer lists it", lockName, st.Epoch)
+	}
+	if by, why, ok := fkv1.BreakRequest(c); ok {
+		reason, transition = fkv1.ReasonForcedRelease, fkv1.ReasonForcedRelease
+		msg = fmt.Sprintf("Permit of lock %s was forcibly released by user %q: reason %q", lockName, by, why)
+	}
+	st.Phase = fkv1.PhaseExpired
+	setCondition(&st, fkv1.ConditionHeld, metav1.ConditionFalse, reason, msg)
+	return st, transition, true
 }
 
 // heldReason is the reason of c's Held condition ("" without one).
@@ -196,7 +271,7 @@ func queuedAsBefore(c *fkv1.FencedLease, in statusInputs) bool {
 	st := &c.Status
 	if st.Phase != fkv1.PhasePending || in.foreign != "" || in.exhausted || c.UID == in.ledger.HolderUID ||
 		c.UID == in.ledger.PreviousUID || st.ObservedGeneration != c.Generation || st.LeaseName != c.Spec.LockName ||
-		len(st.Conditions) != 1 || fkv1.RecordsNoIdentity(c) || in.ledger.TimedOutClaim(c.UID) {
+		len(st.Conditions) != 1 || fkv1.RecordsNoIdentity(c) || in.ledger.TimedOutClaim(c.UID) || capacityMismatch(c, in.ledger) {
 		return false
 	}
 	h := &st.Conditions[0]

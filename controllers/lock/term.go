@@ -63,6 +63,9 @@ func (r *Reconciler) CatchUp(ctx context.Context) error {
 	}
 	for i := range live.Items {
 		l := &live.Items[i]
+		if _, ok := fkv1.IsPermitLease(l); ok {
+			continue // no lock's ledger
+		}
 		r.memory.expectLease(types.NamespacedName{Namespace: l.Namespace, Name: l.Name}, leaseVersion{uid: l.UID, rv: l.ResourceVersion})
 	}
 	// Only reconciles that start from here on, and so see these
