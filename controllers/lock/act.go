@@ -177,24 +177,23 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	return ctrl.Result{RequeueAfter: wake}, nil
 }
 
-// endedFirst orders the status writes so that no observer ever sees two Held
-// claims for one lock, even if this process stops between two writes: every
-// claim that is no longer the holder (but may still show Held) is written
-// before the holder.
+// endedFirst orders the status writes so that no observer ever sees more
+// Held claims for one lock than it has holders (one, or a semaphore's
+// capacity), even if this process stops between two writes: every claim
+// that no longer holds (but may still show Held) is written before the
+// holders.
 func endedFirst(claims []*fkv1.FencedLease, led fkv1.Ledger) []*fkv1.FencedLease {
 	out := make([]*fkv1.FencedLease, 0, len(claims))
-	var holder *fkv1.FencedLease
+	var holders []*fkv1.FencedLease
 	for _, c := range claims {
-		if led.Held() && c.UID == led.HolderUID {
-			holder = c
+		_, permit := led.PermitFor(c.UID)
+		if (led.Held() && c.UID == led.HolderUID) || permit {
+			holders = append(holders, c)
 			continue
 		}
 		out = append(out, c)
 	}
-	if holder != nil {
-		out = append(out, holder)
-	}
-	return out
+	return append(out, holders...)
 }
 
 // writeLease makes the action's one Lease write: a Create when the lock has

@@ -269,6 +269,9 @@ const queuedPrefix = "Waiting in the queue of lock "
 // (a copy, a message) was most of a reconcile's work.
 func queuedAsBefore(c *fkv1.FencedLease, in statusInputs) bool {
 	st := &c.Status
+	if _, permit := in.ledger.PermitFor(c.UID); permit {
+		return false
+	}
 	if st.Phase != fkv1.PhasePending || in.foreign != "" || in.exhausted || c.UID == in.ledger.HolderUID ||
 		c.UID == in.ledger.PreviousUID || st.ObservedGeneration != c.Generation || st.LeaseName != c.Spec.LockName ||
 		len(st.Conditions) != 1 || fkv1.RecordsNoIdentity(c) || in.ledger.TimedOutClaim(c.UID) || capacityMismatch(c, in.ledger) {
