@@ -24,7 +24,9 @@ import (
 type History struct {
 	mu     sync.Mutex
 	claims []fkv1.FencedLease
-	leases []coordinationv1.Lease
+	// claimDeleted[i] is true when claims[i] came with a DELETED event.
+	claimDeleted []bool
+	leases       []coordinationv1.Lease
 	// ended: a watch closed before the spec stopped it (versions may be
 	// missing: the history proves nothing).
 	ended bool
@@ -41,14 +43,14 @@ func Record(c client.WithWatch, ns string) *History {
 	lw, err := c.Watch(wctx, &coordinationv1.LeaseList{}, client.InNamespace(ns))
 	gomega.ExpectWithOffset(1, err).NotTo(gomega.HaveOccurred())
 	var wg sync.WaitGroup
-	record := func(w watch.Interface, keep func(any)) {
+	record := func(w watch.Interface, keep func(watch.EventType, any)) {
 		defer wg.Done()
 		for ev := range w.ResultChan() {
 			h.mu.Lock()
 			if ev.Type == watch.Error {
 				h.ended = true
 			} else {
-				keep(ev.Object)
+				keep(ev.Type, ev.Object)
 			}
 			h.mu.Unlock()
 		}
@@ -59,12 +61,13 @@ func Record(c client.WithWatch, ns string) *History {
 		}
 	}
 	wg.Add(2)
-	go record(cw, func(o any) {
+	go record(cw, func(t watch.EventType, o any) {
 		if c, ok := o.(*fkv1.FencedLease); ok {
 			h.claims = append(h.claims, *c.DeepCopy())
+			h.claimDeleted = append(h.claimDeleted, t == watch.Deleted)
 		}
 	})
-	go record(lw, func(o any) {
+	go record(lw, func(_ watch.EventType, o any) {
 		if l, ok := o.(*coordinationv1.Lease); ok {
 			h.leases = append(h.leases, *l.DeepCopy())
 		}
@@ -79,6 +82,25 @@ func Record(c client.WithWatch, ns string) *History {
 		wg.Wait()
 	})
 	return h
+}
+
+// ClaimEvent is one claim version the watch delivered, and whether it came
+// with the claim's deletion.
+type ClaimEvent struct {
+	Claim   fkv1.FencedLease
+	Deleted bool
+}
+
+// ClaimEvents are the claim versions seen so far, in the order seen, with
+// their deletions.
+func (h *History) ClaimEvents() []ClaimEvent {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]ClaimEvent, len(h.claims))
+	for i := range h.claims {
+		out[i] = ClaimEvent{Claim: *h.claims[i].DeepCopy(), Deleted: h.claimDeleted[i]}
+	}
+	return out
 }
 
 // Complete fails the spec if a watch ended early.

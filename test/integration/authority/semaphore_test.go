@@ -68,11 +68,12 @@ var _ = Describe("Semaphore locks", func() {
 			}
 		}
 		phase := map[string]fkv1.FencedLeasePhase{}
-		for _, c := range h.Claims() {
+		for _, ev := range h.ClaimEvents() {
+			c := ev.Claim
 			if c.Spec.LockName != lock {
 				continue
 			}
-			if c.DeletionTimestamp != nil {
+			if ev.Deleted || c.DeletionTimestamp != nil {
 				delete(phase, string(c.UID))
 				continue
 			}
