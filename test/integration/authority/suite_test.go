@@ -71,6 +71,9 @@ type writeCounter struct {
 	// leaseWins counts Lease writes the apiserver accepted (grants, frees,
 	// repairs): with two managers racing, each must win some.
 	leaseWins atomic.Int64
+	// leaseUpdateWins counts accepted Lease updates (PUT): ledger writes
+	// only, not the create or delete of a semaphore permit's renewal Lease.
+	leaseUpdateWins atomic.Int64
 	// claimReads counts reads of one claim by name (live reads: the
 	// cache lists and watches, it never gets one by name).
 	claimReads atomic.Int64
@@ -109,6 +112,9 @@ func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	resp, err := t.next.RoundTrip(req)
 	if lease && err == nil && resp.StatusCode < 300 {
 		t.w.leaseWins.Add(1)
+		if req.Method == http.MethodPut {
+			t.w.leaseUpdateWins.Add(1)
+		}
 	}
 	return resp, err
 }
