@@ -83,17 +83,18 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var pod corev1.Pod
 	err := r.client.Get(ctx, req.NamespacedName, &pod)
 	if apierrors.IsNotFound(err) {
-		return ctrl.Result{}, r.deleteClaims(ctx, req.Namespace, req.Name, "", "", false)
+		return ctrl.Result{}, r.deleteClaims(ctx, req.Namespace, req.Name, "", request{}, false)
 	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
-	lock, ttl, invalid := leaseRequest(&pod)
+	ask, invalid := leaseRequest(&pod)
+	lock := ask.lock
 	wanted := lock != "" && invalid == "" && pods.LivenessOf(&pod, string(pod.UID)) != pods.Gone
-	keep := ""
+	keep := request{}
 	if wanted {
-		keep = lock
+		keep = ask
 	}
 	// Give up claims for another lock, of an older pod with this name, or all
 	// of them when the pod stopped asking, is invalid, terminal or deleting.
@@ -108,7 +109,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return afterPodWrite(ctx, r.syncPod(ctx, &pod, nil, lock != ""))
 	}
 
-	claim, created, err := r.ensureClaim(ctx, &pod, lock, ttl)
+	claim, created, err := r.ensureClaim(ctx, &pod, ask)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -171,7 +172,8 @@ func (r *Reconciler) podClaims(ctx context.Context, ns, name string) ([]fkv1.Fen
 // deleteClaims deletes the claims made for pod name in ns (podClaims: never
 // a user's claim that merely names the pod as its owner), except the one of
 // the pod (uid: the cached pod's, "" when the cache has none) for the lock
-// keep. With retry (the pod is live again), an Expired claim is deleted too,
+// keep (and the capacity it asks for: maxHolders is immutable, so a claim
+// of another capacity is replaced). With retry (the pod is live again), an Expired claim is deleted too,
 // so the pod contends again with a fresh claim; a pod that is not live keeps
 // its Expired claim and shows Lost.
 //
@@ -181,7 +183,7 @@ func (r *Reconciler) podClaims(ctx context.Context, ns, name string) ([]fkv1.Fen
 // live, and the live pod's claims are left to the reconcile that sees it.
 // Any claim listed here existed before that read, so a pod the read does
 // not show is gone for good (UIDs are never reused).
-func (r *Reconciler) deleteClaims(ctx context.Context, ns, name string, uid types.UID, keep string, retry bool) error {
+func (r *Reconciler) deleteClaims(ctx context.Context, ns, name string, uid types.UID, keep request, retry bool) error {
 	claims, err := r.podClaims(ctx, ns, name)
 	if err != nil {
 		return err
@@ -190,8 +192,8 @@ func (r *Reconciler) deleteClaims(ctx context.Context, ns, name string, uid type
 	for i := range claims {
 		c := &claims[i]
 		owner := pods.OwnerRef(c).UID
-		if keep != "" && owner == uid && c.Spec.LockName == keep && (c.Status.Phase != fkv1.PhaseExpired || !retry) &&
-			madeForUID(c, uid) {
+		if keep.lock != "" && owner == uid && c.Spec.LockName == keep.lock && c.MaxHolders() == max(keep.maxHolders, 1) &&
+			(c.Status.Phase != fkv1.PhaseExpired || !retry) && madeForUID(c, uid) {
 			continue
 		}
 		if owner != uid {
@@ -262,11 +264,12 @@ func bridgesPod(c *fkv1.FencedLease) bool {
 // ensureClaim returns the pod's claim for lock, creating it if the cache has
 // none (created), or nil when the name is taken by a claim the cache does
 // not show yet.
-func (r *Reconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, lock string, ttl int32) (*fkv1.FencedLease, bool, error) {
-	name := PodClaimName(pod, lock)
+func (r *Reconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, req request) (*fkv1.FencedLease, bool, error) {
+	lock, ttl := req.lock, req.ttl
+	name := podClaimName(pod, lock, req.maxHolders)
 	var claim fkv1.FencedLease
 	err := r.client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, &claim)
-	if err == nil && madeFor(&claim, pod) {
+	if err == nil && madeFor(&claim, pod) && claim.MaxHolders() == max(req.maxHolders, 1) {
 		return &claim, false, nil
 	}
 	if err == nil {
@@ -304,6 +307,9 @@ func (r *Reconciler) ensureClaim(ctx context.Context, pod *corev1.Pod, lock stri
 			}},
 		},
 		Spec: fkv1.FencedLeaseSpec{LockName: lock, HolderIdentity: pod.Name, LeaseDurationSeconds: ptr.To(ttl)},
+	}
+	if req.maxHolders > 1 {
+		claim.Spec.MaxHolders = ptr.To(req.maxHolders)
 	}
 	if err := r.certain(); err != nil {
 		return nil, false, err

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,15 +32,22 @@ func podView(pod *corev1.Pod, claim *fkv1.FencedLease, asked bool) podLeaseView 
 	hadHeld := pod.Annotations[fkv1.AnnotationLeaseState] == fkv1.LeaseStateHeld
 	switch {
 	case claim != nil && claim.Status.Phase == fkv1.PhaseHeld:
+		msg := fmt.Sprintf("Holds lock %s with epoch %d", claim.Spec.LockName, claim.Status.Epoch)
+		if n := claim.MaxHolders(); n > 1 {
+			msg = fmt.Sprintf("Holds a permit of lock %s (up to %d holders) with epoch %d", claim.Spec.LockName, n, claim.Status.Epoch)
+		}
 		return podLeaseView{state: fkv1.LeaseStateHeld, epoch: strconv.FormatInt(claim.Status.Epoch, 10),
-			cond: corev1.ConditionTrue, reason: fkv1.ReasonGranted,
-			message: fmt.Sprintf("Holds lock %s with epoch %d", claim.Spec.LockName, claim.Status.Epoch)}
+			cond: corev1.ConditionTrue, reason: fkv1.ReasonGranted, message: msg}
 	case claim != nil && claim.Status.Phase == fkv1.PhaseExpired:
 		return podLeaseView{state: fkv1.LeaseStateLost, cond: corev1.ConditionFalse, reason: fkv1.ReasonExpired,
 			message: fmt.Sprintf("Lost lock %s (epoch %d): the pod was not ready for its lease duration", claim.Spec.LockName, claim.Status.Epoch)}
 	case claim != nil && hadHeld:
 		return podLeaseView{state: fkv1.LeaseStateLost, cond: corev1.ConditionFalse, reason: fkv1.ReasonQueued,
 			message: fmt.Sprintf("No longer holds a lock: the pod's claim on lock %s is not the one it held; waiting in its queue", claim.Spec.LockName)}
+	case claim != nil && capacityMismatch(claim) != "":
+		return podLeaseView{state: fkv1.LeaseStatePending, cond: corev1.ConditionFalse, reason: fkv1.ReasonCapacityMismatch,
+			message: fmt.Sprintf("Waiting for lock %s, which records another capacity than the pod's %s=%d: %s",
+				claim.Spec.LockName, fkv1.AnnotationLeaseMaxHolders, claim.MaxHolders(), capacityMismatch(claim))}
 	case claim != nil:
 		return podLeaseView{state: fkv1.LeaseStatePending, cond: corev1.ConditionFalse, reason: fkv1.ReasonQueued,
 			message: fmt.Sprintf("Waiting in the queue of lock %s", claim.Spec.LockName)}
@@ -51,6 +59,19 @@ func podView(pod *corev1.Pod, claim *fkv1.FencedLease, asked bool) podLeaseView 
 			message: "The pod is terminating or finished; it does not contend"}
 	}
 	return podLeaseView{}
+}
+
+// capacityMismatch is the authority's message on a claim waiting because
+// the lock records another capacity (reason CapacityMismatch), or "".
+func capacityMismatch(claim *fkv1.FencedLease) string {
+	h := meta.FindStatusCondition(claim.Status.Conditions, fkv1.ConditionHeld)
+	if h == nil || h.Reason != fkv1.ReasonCapacityMismatch {
+		return ""
+	}
+	if h.Message == "" {
+		return fkv1.ReasonCapacityMismatch
+	}
+	return h.Message
 }
 
 // syncPod writes the view onto the pod: a metadata patch for the

@@ -30,6 +30,10 @@ func TestExplainTellsFencingFromRBAC(t *testing.T) {
 	if got := explain(rbac); !strings.Contains(got, "RBAC") {
 		t.Errorf("an RBAC denial is not explained as one: %s", got)
 	}
+	// A semaphore's holders read and renew their permits' Leases.
+	if got := explain(rbac); !strings.Contains(got, "get/watch/update on leases") || !strings.Contains(got, "LOCK-permit-EPOCH") {
+		t.Errorf("the RBAC hint does not name what holders do with Leases: %s", got)
+	}
 }
 
 type errorString string

@@ -50,6 +50,14 @@ func TestFlagAndArgumentErrors(t *testing.T) {
 		{"run no-wait and wait", []string{"run", "x", "--no-wait", "--wait", "1m", "--", "true"}, []string{"--no-wait and --wait 1m0s: pass one", "usage: kubectl fence run LOCK[,LOCK...]"}},
 		{"run grace negative", []string{"run", "x", "--grace", "-1s", "--", "true"}, []string{"--grace -1s: want 0"}},
 		{"run unknown signal", []string{"run", "x", "--signal", "SIGFOO", "--", "true"}, []string{`unknown --signal "SIGFOO"`}},
+		// --max-holders (acquire and run), --epoch and --claim (break)
+		{"acquire max-holders zero", []string{"acquire", "x", "--max-holders", "0"}, []string{"--max-holders 0: want 1 (a mutex, the default) to 100"}},
+		{"acquire max-holders negative", []string{"acquire", "x", "--max-holders", "-2"}, []string{"--max-holders -2: want 1 (a mutex, the default) to 100"}},
+		{"acquire max-holders too many", []string{"acquire", "x", "--max-holders", "101"}, []string{"--max-holders 101: want 1 (a mutex, the default) to 100"}},
+		{"acquire max-holders not a number", []string{"acquire", "x", "--max-holders", "three"}, []string{`invalid argument "three" for "--max-holders" flag`}},
+		{"run max-holders too many", []string{"run", "x", "--max-holders", "1000", "--", "true"}, []string{"--max-holders 1000: want 1 (a mutex, the default) to 100"}},
+		{"break epoch negative", []string{"break", "x", "--reason", "r", "--epoch", "-1"}, []string{"--epoch -1: want the positive epoch"}},
+		{"break epoch and claim", []string{"break", "x", "--reason", "r", "--epoch", "5", "--claim", "c"}, []string{"--epoch and --claim both name the hold to break: pass one"}},
 		// --holder, -o, lock names
 		{"acquire empty holder", []string{"acquire", "x", "--holder", ""}, []string{"--holder is empty"}},
 		{"acquire bad output", []string{"acquire", "x", "-o", "xml"}, []string{badOutput("xml"), "json,jsonpath", "name", "yaml"}},
@@ -113,6 +121,11 @@ func TestFlagAndArgumentErrors(t *testing.T) {
 		{"release json", []string{"release", "c", "-o", "json"}, []string{noCluster}},
 		{"release name", []string{"release", "--lock", "x", "-o", "name"}, []string{noCluster}},
 		{"break yaml", []string{"break", "x", "--reason", "r", "-o", "yaml"}, []string{noCluster}},
+		{"acquire max-holders 1", []string{"acquire", "x", "--max-holders", "1"}, []string{noCluster}},
+		{"acquire max-holders 100", []string{"acquire", "x", "--max-holders", "100", "--no-wait"}, []string{noCluster}},
+		{"run max-holders 3 two locks", []string{"run", "a,b", "--max-holders", "3", "--", "true"}, []string{noCluster}},
+		{"break epoch", []string{"break", "x", "--reason", "r", "--epoch", "4712"}, []string{noCluster}},
+		{"break claim", []string{"break", "x", "--reason", "r", "--claim", "w2-x"}, []string{noCluster}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -237,4 +250,40 @@ func helpLine(help, flag string) string {
 		}
 	}
 	return ""
+}
+
+// acquire and run document --max-holders: its range, and that every claim
+// of a lock asks for the same; break documents how to name a permit.
+func TestSemaphoreHelp(t *testing.T) {
+	for _, cmd := range []string{"acquire", "run"} {
+		code, stdout, stderr := runMain(t, cmd, "--help")
+		if code != 0 {
+			t.Fatalf("%s --help: exit %d: %s", cmd, code, stderr)
+		}
+		line := helpLine(stdout, "--max-holders int32")
+		for _, want := range []string{"1 is a mutex", "2 to 100", "semaphore", "CapacityMismatch", "(default 1)"} {
+			if !strings.Contains(line, want) {
+				t.Errorf("%s --max-holders help does not say %q:\n%s", cmd, want, line)
+			}
+		}
+		if !strings.Contains(stdout, "--max-holders N (2 to 100)") {
+			t.Errorf("%s --help does not explain semaphores:\n%s", cmd, stdout)
+		}
+	}
+	code, stdout, stderr := runMain(t, "break", "--help")
+	if code != 0 {
+		t.Fatalf("break --help: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"A semaphore lock", "--epoch E", "--claim NAME", "lists\nthe live permits"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("break --help does not say %q:\n%s", want, stdout)
+		}
+	}
+	if line := helpLine(stdout, "--epoch int"); !strings.Contains(line, "required on a semaphore lock") {
+		t.Errorf("break --epoch help:\n%s", line)
+	}
+	code, stdout, _ = runMain(t, "status", "--help")
+	if code != 0 || !strings.Contains(stdout, "every live permit") {
+		t.Errorf("status --help does not say it shows every permit:\n%s", stdout)
+	}
 }

@@ -131,7 +131,7 @@ func explain(err error) string {
 	case lease.FencingReason(err) != "":
 		return err.Error() // a fencing refusal says what to do itself
 	case apierrors.IsForbidden(err):
-		return fmt.Sprintf("%v\n(RBAC: your user needs create/get/watch/delete on fencedleases.fencekeeper.io and update on leases in this namespace)", err)
+		return fmt.Sprintf("%v\n(RBAC: your user needs create/get/watch/delete on fencedleases.fencekeeper.io and get/watch/update on leases in this namespace; a semaphore's holders renew the Leases LOCK-permit-EPOCH)", err)
 	case meta.IsNoMatchError(err):
 		return fmt.Sprintf("%v\n(is fencekeeper installed? the FencedLease CRD was not found)", err)
 	}

@@ -61,6 +61,11 @@ those taken before it are released and COMMAND does not run. The flags
 all the locks (each claim gets what is left of it); with --no-wait each
 lock is asked for once.
 
+--max-holders N (2 to 100) holds a permit of a semaphore instead: up to N
+holders run at once, each with its own epoch in FENCEKEEPER_EPOCH; every
+claim of a lock must ask for the same N. With several locks it applies to
+each of them.
+
 Each lock's epoch is in FENCEKEEPER_EPOCH_<LOCK>: the lock name upper-cased
 with '-' and '.' as '_' (report-2026-07 is FENCEKEEPER_EPOCH_REPORT_2026_07);
 two locks whose names map to one variable (a-b and a.b) cannot be run
@@ -82,6 +87,7 @@ tries once: the lock at the authority's first decision, or exit 73.`,
 		Example: `  kubectl fence run -n reports report-2026-07 --holder W1 --ttl 30s -- ./publish-report.sh
   kubectl fence run -n reports report-2026-07 -- sh -c 'echo "epoch $FENCEKEEPER_EPOCH"'
   kubectl fence run -n reports report-2026-07 --no-wait -- ./publish-report.sh
+  kubectl fence run -n reports warehouse --max-holders 3 -- ./pick-orders.sh
   kubectl fence run -n reports report-2026-07,ledger-2026-07 --wait 1m -- \
     sh -c 'echo "report $FENCEKEEPER_EPOCH_REPORT_2026_07, ledger $FENCEKEEPER_EPOCH_LEDGER_2026_07"'`,
 		Args: runArgs,
@@ -277,6 +283,9 @@ func runHeld(o *options, c client.Client, set *lease.Set, ns string, argv []stri
 	held := make([]string, len(leases))
 	for i, l := range leases {
 		held[i] = fmt.Sprintf("%s/%s with epoch %d (claim %s)", ns, l.Lock, l.Epoch, l.ClaimName)
+		if l.MaxHolders > 1 {
+			held[i] = fmt.Sprintf("a permit of %s/%s with epoch %d (claim %s, capacity %d)", ns, l.Lock, l.Epoch, l.ClaimName, l.MaxHolders)
+		}
 	}
 	out(o.streams.ErrOut, "kubectl-fence: holding %s; running %s\n", strings.Join(held, ", "), argv[0])
 	// Recorded before anything waits for it, so before its ID can be reused.
@@ -441,6 +450,16 @@ func holderNow(c client.Client, l *lease.Lease) string {
 		switch {
 		case !led.Exists:
 			return true, nil // not fencekeeper's Lease: unknown
+		case l.MaxHolders > 1:
+			// A permit of a semaphore: the others may hold on.
+			if p, ok := led.PermitOf(l.Epoch); ok && p.UID == l.UID {
+				return false, nil // still ours: the authority has not moved on yet
+			}
+			if len(led.Permits) == 0 {
+				said = "now no permit held"
+			} else {
+				said = fmt.Sprintf("now %d of %d permits held: %s", len(led.Permits), ledgerCapacity(led), permitList(led.Permits))
+			}
 		case led.HolderUID == l.UID:
 			return false, nil // still ours: the authority has not moved on yet
 		case !led.Held():

@@ -43,6 +43,27 @@ type lockStatus struct {
 	// Conflict is set while a same-named Lease that fencekeeper does not
 	// manage blocks the lock: why (the claims' LockConflict message).
 	Conflict string `json:"conflict,omitempty"`
+	// MaxHolders is the lock's capacity as its Lease records it (1: a
+	// mutex). Permits are a semaphore's live permits, by epoch; Holder,
+	// Claim and the times above are then empty (each permit has its own).
+	MaxHolders int32          `json:"maxHolders,omitempty"`
+	Permits    []permitStatus `json:"permits,omitempty"`
+}
+
+// permitStatus is one live permit of a semaphore lock: the lock's Lease's
+// entry, and the times of the permit's own renewal Lease (LOCK-permit-EPOCH).
+type permitStatus struct {
+	Epoch  int64  `json:"epoch"`
+	Holder string `json:"holder"`
+	Claim  string `json:"claim"`
+	// HolderUser is the user the permit is bound to, when it is.
+	HolderUser string `json:"holderUser,omitempty"`
+	TTL        string `json:"ttl,omitempty"`
+	// RenewTime is the permit Lease's last renewal; HeldFor and TTLLeft
+	// wall-clock estimates (empty while that Lease does not exist yet).
+	RenewTime string `json:"renewTime,omitempty"`
+	HeldFor   string `json:"heldFor,omitempty"`
+	TTLLeft   string `json:"ttlLeft,omitempty"`
 }
 
 // conflictHolder is what the HOLDER column shows for a blocked lock.
@@ -56,6 +77,11 @@ func newStatusCommand(o *options) *cobra.Command {
 		Short: "Show holder, epoch, time left and the queue of one lock or all locks in the namespace",
 		Long: `status shows who holds each lock of the namespace (or LOCK only, or, with
 -A, the locks of every namespace), since when, the time left, and who waits.
+
+A semaphore lock (capacity above 1) shows "<N of M permits>" as its holder
+and, below the table, every live permit: its epoch, holder, claim, how long
+it has been held, the time left and when its own Lease (LOCK-permit-EPOCH)
+was last renewed. -o json|yaml have them as maxHolders and permits.
 
 -o wide adds the holder's claim, the lease's TTL and the user the hold is
 bound to. -o json|yaml print the locks as a list; jsonpath and go-template
@@ -141,6 +167,8 @@ func printTable(o *options, locks []lockStatus, withNamespace, wide bool) {
 		switch {
 		case l.Conflict != "":
 			holder, held, left = conflictHolder, "-", "-"
+		case l.MaxHolders > 1:
+			holder, held, left = fmt.Sprintf("<%d of %d permits>", len(l.Permits), l.MaxHolders), "-", "-"
 		case holder == "":
 			holder, held, left = "<free>", "-", "-"
 		}
@@ -154,6 +182,35 @@ func printTable(o *options, locks []lockStatus, withNamespace, wide bool) {
 		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
+	// A semaphore's permits, each with its holder and epoch: below the
+	// table, one block per lock.
+	for _, l := range locks {
+		if l.MaxHolders <= 1 || l.Conflict != "" {
+			continue
+		}
+		lock := l.Lock
+		if withNamespace {
+			lock = l.Namespace + "/" + l.Lock
+		}
+		out(o.streams.Out, "\n%s: %d of %d permits held\n", lock, len(l.Permits), l.MaxHolders)
+		if len(l.Permits) == 0 {
+			continue
+		}
+		pw := tabwriter.NewWriter(o.streams.Out, 0, 4, 2, ' ', 0)
+		header := "  EPOCH\tHOLDER\tCLAIM\tHELD FOR\tTTL LEFT\tRENEWED"
+		if wide {
+			header += "\tTTL\tUSER"
+		}
+		fmt.Fprintln(pw, header)
+		for _, p := range l.Permits {
+			fmt.Fprintf(pw, "  %d\t%s\t%s\t%s\t%s\t%s", p.Epoch, p.Holder, p.Claim, orDash(p.HeldFor), orDash(p.TTLLeft), orDash(p.RenewTime))
+			if wide {
+				fmt.Fprintf(pw, "\t%s\t%s", orDash(p.TTL), orDash(p.HolderUser))
+			}
+			fmt.Fprintln(pw)
+		}
+		_ = pw.Flush()
+	}
 	// The reasons are long: below the table, so its columns stay readable.
 	for _, l := range locks {
 		if l.Conflict != "" {
@@ -194,8 +251,13 @@ func collectStatus(ctx context.Context, c client.Client, ns, only string) ([]loc
 		}
 		led := fkv1.ReadLedger(&l, lock)
 		switch {
+		case err == nil && led.Exists && (led.IsSemaphore() || len(led.Permits) > 0):
+			st.Epoch, st.MaxHolders = led.Epoch, ledgerCapacity(led)
+			if st.Permits, err = permitsOf(ctx, c, ns, lock, led.Permits); err != nil {
+				return nil, err
+			}
 		case err == nil && led.Exists:
-			st.Epoch = led.Epoch
+			st.Epoch, st.MaxHolders = led.Epoch, ledgerCapacity(led)
 			if led.Held() && led.HolderIdentity != "" {
 				st.Holder, st.Claim, st.HolderUser = led.HolderIdentity, led.HolderClaim, led.HolderUser
 				if led.LeaseDurationSeconds > 0 {
@@ -240,6 +302,42 @@ func collectStatus(ctx context.Context, c client.Client, ns, only string) ([]loc
 		}
 		return out[i].Lock < out[j].Lock
 	})
+	return out, nil
+}
+
+// permitsOf is the status of each permit: its entry, and the times its
+// renewal Lease shows (one read per permit; at most 100).
+func permitsOf(ctx context.Context, c client.Client, ns, lock string, ps []fkv1.Permit) ([]permitStatus, error) {
+	out := make([]permitStatus, 0, len(ps))
+	for _, p := range ps {
+		st := permitStatus{Epoch: p.Epoch, Holder: p.Holder, Claim: p.Claim, HolderUser: p.User}
+		if p.TTL > 0 {
+			st.TTL = (time.Duration(p.TTL) * time.Second).String()
+		}
+		var pl coordinationv1.Lease
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fkv1.PermitLeaseName(lock, p.Epoch)}, &pl)
+		switch {
+		case apierrors.IsNotFound(err):
+			// Created right after the grant: not yet.
+		case err != nil:
+			return nil, err
+		default:
+			ttl := time.Duration(p.TTL) * time.Second
+			if pl.Spec.LeaseDurationSeconds != nil && *pl.Spec.LeaseDurationSeconds > 0 {
+				ttl = time.Duration(*pl.Spec.LeaseDurationSeconds) * time.Second
+			}
+			if pl.Spec.RenewTime != nil {
+				st.RenewTime = pl.Spec.RenewTime.UTC().Format(time.RFC3339)
+				if ttl > 0 {
+					st.TTLLeft = fmt.Sprintf("~%s", time.Until(pl.Spec.RenewTime.Add(ttl)).Round(time.Second))
+				}
+			}
+			if pl.Spec.AcquireTime != nil {
+				st.HeldFor = fmt.Sprintf("~%s", time.Since(pl.Spec.AcquireTime.Time).Round(time.Second))
+			}
+		}
+		out = append(out, st)
+	}
 	return out, nil
 }
 

@@ -93,6 +93,13 @@ type Options struct {
 	// (the time the authority takes to first observe the claim comes on
 	// top), or none: with no authority running nothing ends the claim.
 	AcquireTimeout *time.Duration
+	// MaxHolders is the lock's capacity, the claim's spec.maxHolders: 0 or
+	// 1 (the default) is a mutex; 2..100 makes the lock a semaphore whose
+	// holders each hold a permit with an epoch of its own (docs/design.md
+	// §9). Every claim of a lock must ask for the capacity the lock records
+	// while it has holders: a claim asking for another waits (reason
+	// CapacityMismatch) until the lock has no holder and it is first in line.
+	MaxHolders int32
 	// OnTransition is called (synchronously, keep it short) on every state change.
 	OnTransition func(Transition)
 }
@@ -119,6 +126,9 @@ func (o *Options) defaults() error {
 	if o.AcquireTimeout != nil && (*o.AcquireTimeout < 0 || *o.AcquireTimeout > maxAcquireTimeout) {
 		return fmt.Errorf("AcquireTimeout %v: want 0 (try once) to 24h, or nil to wait until ctx ends", *o.AcquireTimeout)
 	}
+	if o.MaxHolders < 0 || o.MaxHolders > fkv1.MaxMaxHolders {
+		return fmt.Errorf("MaxHolders %d: want 1..%d (0 or 1: a mutex, more: a semaphore)", o.MaxHolders, fkv1.MaxMaxHolders)
+	}
 	if o.RequestID == "" {
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
@@ -139,6 +149,18 @@ func acquireTimeoutSeconds(d *time.Duration) *int32 {
 	}
 	return ptr.To(int32((*d + time.Second - 1) / time.Second))
 }
+
+// maxHoldersSpec is spec.maxHolders for a capacity: unset for a mutex
+// (the CRD defaults it to 1), else the capacity.
+func maxHoldersSpec(n int32) *int32 {
+	if n <= 1 {
+		return nil
+	}
+	return ptr.To(n)
+}
+
+// capacity is the capacity a claim asks for, defaulted (1: a mutex).
+func (o *Options) capacity() int32 { return max(o.MaxHolders, 1) }
 
 // ClaimName is the FencedLease name for a lock, holder and request ID.
 func ClaimName(lock, holder, requestID string) string {
@@ -184,7 +206,7 @@ func (c *Client) Acquire(ctx context.Context, lock, holder string, opts Options)
 		l.transition(Idle, err.Error())
 		return nil, err
 	}
-	l.ClaimName, l.UID = claim.Name, claim.UID
+	l.ClaimName, l.UID, l.MaxHolders = claim.Name, claim.UID, claim.MaxHolders()
 
 	g, err := c.waitGrant(ctx, l, claim)
 	if err != nil {
@@ -201,8 +223,13 @@ func (c *Client) Acquire(ctx context.Context, lock, holder string, opts Options)
 	l.Epoch = g.epoch
 	l.TTL = claim.LeaseDuration()
 	// The first renewal starts from the Lease version that showed the
-	// grant, when one did (no read needed).
-	l.lease = g.lease
+	// grant, when one did (no read needed). A permit renews a Lease of its
+	// own: the lock's Lease is then only what it checks its grant on.
+	if l.isPermit() {
+		l.ledger = g.lease
+	} else {
+		l.lease = g.lease
+	}
 	grants.WithLabelValues(g.source).Inc()
 	// Anchor the safe time on a renewal we send now: the grant itself may
 	// have happened long before we saw it.
@@ -235,13 +262,21 @@ func (c *Client) createClaim(ctx context.Context, l *Lease) (*fkv1.FencedLease, 
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: ClaimName(l.Lock, l.Holder, l.opts.RequestID)},
 		Spec: fkv1.FencedLeaseSpec{LockName: l.Lock, HolderIdentity: l.Holder,
 			LeaseDurationSeconds:  ptr.To(int32(l.opts.TTL / time.Second)),
-			AcquireTimeoutSeconds: acquireTimeoutSeconds(l.opts.AcquireTimeout)},
+			AcquireTimeoutSeconds: acquireTimeoutSeconds(l.opts.AcquireTimeout),
+			MaxHolders:            maxHoldersSpec(l.opts.MaxHolders)},
 	}
 	backoff := 50 * time.Millisecond
 	for {
 		claim := want.DeepCopy()
 		err := c.withTimeout(ctx, l.opts.RequestTimeout, func(ctx context.Context) error { return c.c.Create(ctx, claim) })
 		if err == nil {
+			if claim.MaxHolders() != l.opts.capacity() {
+				// A FencedLease CRD from before semaphores prunes the field:
+				// the claim would wait for a mutex.
+				c.leaveQueue(claim, l.opts.RequestTimeout)
+				return nil, fmt.Errorf("claim %s/%s was stored with maxHolders %d, not %d: the installed FencedLease CRD predates semaphore locks "+
+					"(spec.maxHolders); upgrade fencekeeper (the claim was deleted)", c.namespace, claim.Name, claim.MaxHolders(), l.opts.capacity())
+			}
 			return claim, nil
 		}
 		if apierrors.IsAlreadyExists(err) {
@@ -257,6 +292,11 @@ func (c *Client) createClaim(ctx context.Context, l *Lease) (*fkv1.FencedLease, 
 					return nil, fmt.Errorf("claim %s/%s (request ID %q) exists with acquireTimeoutSeconds %s, not %s: the field is immutable; "+
 						"retry with the options of the call that created it, or use another request ID",
 						c.namespace, claim.Name, l.opts.RequestID, showSeconds(claim.Spec.AcquireTimeoutSeconds), showSeconds(want.Spec.AcquireTimeoutSeconds))
+				}
+				if claim.MaxHolders() != l.opts.capacity() {
+					return nil, fmt.Errorf("claim %s/%s (request ID %q) exists with maxHolders %d, not %d: the field is immutable; "+
+						"retry with the options of the call that created it, or use another request ID",
+						c.namespace, claim.Name, l.opts.RequestID, claim.MaxHolders(), l.opts.capacity())
 				}
 				return claim, nil
 			}
@@ -342,6 +382,7 @@ func (c *Client) waitGrant(ctx context.Context, l *Lease, claim *fkv1.FencedLeas
 			leases, stopLeases = nil, func() {}
 		}
 	}
+	toldMismatch := false // CapacityMismatch logged once
 	// onClaim takes in a version of the claim: done when it shows the
 	// grant or the end of the wait.
 	onClaim := func(cur *fkv1.FencedLease) (grant, bool, error) {
@@ -354,6 +395,11 @@ func (c *Client) waitGrant(ctx context.Context, l *Lease, claim *fkv1.FencedLeas
 		}
 		if done, err := phaseDone(cur); done {
 			return grant{}, true, err
+		}
+		if h := meta.FindStatusCondition(cur.Status.Conditions, fkv1.ConditionHeld); h != nil && h.Reason == fkv1.ReasonCapacityMismatch && !toldMismatch {
+			toldMismatch = true
+			c.log.Info("waiting: the lock records another capacity than the claim asks for", "lock", l.Lock, "claim", key.Name,
+				"maxHolders", cur.MaxHolders(), "message", h.Message)
 		}
 		watchLease(mayBeNext(cur))
 		return grant{}, false, nil
@@ -394,7 +440,7 @@ func (c *Client) waitGrant(ctx context.Context, l *Lease, claim *fkv1.FencedLeas
 			case s.gone:
 				continue
 			}
-			if g, ok := leaseGrant(s.obj, l.Lock, claim.UID); ok {
+			if g, ok := leaseGrant(s.obj, l.Lock, claim.UID, l.isPermit()); ok {
 				return g, nil
 			}
 			if leaseTimedOut(s.obj, l.Lock, claim.UID) {
@@ -408,11 +454,21 @@ func (c *Client) waitGrant(ctx context.Context, l *Lease, claim *fkv1.FencedLeas
 // uid: fencekeeper manages it and it names the claim with an epoch. A
 // Lease naming the claim with no epoch (yet) is no grant: the authority
 // shows such a claim Held only once it has rewritten the Lease with one.
-func leaseGrant(lease *coordinationv1.Lease, lock string, uid types.UID) (grant, bool) {
+// For a claim of a semaphore (permit), the grant is the Lease's permit
+// entry naming the claim's UID, with the entry's epoch; the Lease's holder
+// annotations play no part.
+func leaseGrant(lease *coordinationv1.Lease, lock string, uid types.UID, permit bool) (grant, bool) {
 	if !fkv1.IsManagedLease(lease) {
 		return grant{}, false
 	}
 	led := fkv1.ReadLedger(lease, lock)
+	if permit {
+		p, ok := led.PermitFor(uid)
+		if !ok || led.PermitsInvalid || p.Epoch <= 0 {
+			return grant{}, false
+		}
+		return grant{epoch: p.Epoch, source: sourceLease, lease: lease}, true
+	}
 	if led.HolderUID != uid || !led.EpochValid || led.Epoch <= 0 {
 		return grant{}, false
 	}

@@ -36,6 +36,16 @@
 // the Lease names someone else or the claim turns Expired. Loss cancels the
 // lease's context and closes Done().
 //
+// A semaphore lock (Options.MaxHolders N > 1, the claim's spec.maxHolders)
+// admits up to N holders at once, each with a permit of its own epoch. The
+// grant is then the lock's Lease's permit entry naming the claim's UID (the
+// epoch is the entry's); the holder renews the permit's own Lease
+// (Lease.RenewalLease, LOCK-permit-EPOCH), resourceVersion-guarded, only
+// while the lock's Lease still shows the entry, and is LOST when the entry
+// is gone, names its claim with another epoch, or the permit's Lease is
+// deleted (a Lease not created yet right after the grant is waited for, up
+// to RenewInterval), as well as on the claim's Expired.
+//
 // Several locks are taken together with AcquireAll, always in one order
 // every caller shares (AcquisitionOrder: sorted by name), so two callers
 // whose sets overlap cannot deadlock; the Set it returns ends, its context

@@ -140,7 +140,7 @@ func TestLeaseGrant(t *testing.T) {
 			return l
 		}(), 0},
 	} {
-		g, ok := leaseGrant(tc.lease, "report", "us")
+		g, ok := leaseGrant(tc.lease, "report", "us", false)
 		if got := map[bool]int64{true: g.epoch}[ok]; got != tc.want || (ok && (g.source != sourceLease || g.lease != tc.lease)) {
 			t.Errorf("%s: grant %+v, %v; want epoch %d", tc.name, g, ok, tc.want)
 		}

@@ -34,6 +34,11 @@ type Lease struct {
 	Epoch int64
 	// TTL is the lease duration the authority enforces.
 	TTL time.Duration
+	// MaxHolders is the capacity of the lock the claim asked for (its
+	// spec.maxHolders): 1, a mutex, or more, a semaphore, of which this
+	// lease holds one permit (Epoch is the permit's; RenewalLease names
+	// the Lease it renews).
+	MaxHolders int32
 
 	cl   *Client
 	opts Options
@@ -51,7 +56,15 @@ type Lease struct {
 	mu          sync.Mutex
 	state       State
 	lastAckSent time.Time             // send time of the last acknowledged renewal
-	lease       *coordinationv1.Lease // last Lease we read or wrote
+	lease       *coordinationv1.Lease // last Lease we read or wrote (the one we renew)
+	// A permit's: ledger is the last version of the lock's Lease seen (its
+	// permit entries are the grant); ledgerUnwatched, set when the lock's
+	// Lease cannot be watched, makes every renewal read it instead;
+	// permitLeaseSeen: the permit's renewal Lease has existed, so its
+	// absence now is the permit's end, not a Lease not created yet.
+	ledger          *coordinationv1.Lease
+	ledgerUnwatched bool
+	permitLeaseSeen bool
 	// since is elapsed.Since (tests play a suspend with another).
 	since func(time.Time) time.Duration
 }
@@ -60,6 +73,19 @@ func newLease(c *Client, lock, holder string, opts Options) *Lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Lease{Lock: lock, Holder: holder, Namespace: c.namespace, cl: c, opts: opts,
 		ctx: ctx, cancel: cancel, stop: make(chan struct{}), state: Idle, since: elapsed.Since}
+}
+
+// isPermit reports whether this lease is a permit of a semaphore lock.
+func (l *Lease) isPermit() bool { return l.MaxHolders > 1 }
+
+// RenewalLease is the name of the coordination.k8s.io Lease this lease
+// renews: the lock's own for a mutex, the permit's
+// (v1alpha1.PermitLeaseName: LOCK-permit-EPOCH) for a semaphore's permit.
+func (l *Lease) RenewalLease() string {
+	if l.isPermit() {
+		return fkv1.PermitLeaseName(l.Lock, l.Epoch)
+	}
+	return l.Lock
 }
 
 // Context is cancelled when the lease is lost or released: derive the work's
@@ -230,6 +256,9 @@ func (l *Lease) evaluate() {
 // only keep a lock whose writes are refused, or outlive an authority that
 // ended the hold.
 func (l *Lease) renew(ctx context.Context) error {
+	if l.isPermit() {
+		return l.renewPermit(ctx)
+	}
 	l.mu.Lock()
 	cur := l.lease
 	l.mu.Unlock()
@@ -293,7 +322,9 @@ func (l *Lease) showsGrant(cur *coordinationv1.Lease) error {
 
 // watchLease watches the lock's Lease (by name) while the lease is held
 // and reports LOST the moment it no longer shows this holder's grant: it
-// names another claim, or ours with another epoch, or it is deleted. The
+// names another claim, or ours with another epoch, or it is deleted (for a
+// permit: its entry is gone or names our claim with another epoch; each
+// version seen is what the next renewal checks). The
 // renewals check the same at every renewal; this hears it at once. It
 // starts from the version the first renewal wrote.
 func (l *Lease) watchLease() {
@@ -302,8 +333,10 @@ func (l *Lease) watchLease() {
 	defer cancel()
 	l.mu.Lock()
 	rv := ""
-	if l.lease != nil {
-		rv = l.lease.ResourceVersion
+	if ref := l.lease; ref != nil && !l.isPermit() {
+		rv = ref.ResourceVersion
+	} else if ref := l.ledger; ref != nil && l.isPermit() {
+		rv = ref.ResourceVersion
 	}
 	l.mu.Unlock()
 	leases := follow(ctx, l.cl.c, client.ObjectKey{Namespace: l.Namespace, Name: l.Lock}, leaseKind, true, rv)
@@ -327,9 +360,17 @@ func (l *Lease) watchLease() {
 			case s.err != nil:
 				l.cl.log.Info("cannot watch the lock's Lease: learning of a loss from the renewals and the claim only",
 					"lock", l.Lock, "claim", l.ClaimName, "error", s.err.Error())
+				l.mu.Lock()
+				l.ledgerUnwatched = true // a permit's renewals read it from now on
+				l.mu.Unlock()
 				return
 			case s.gone:
 				err = fmt.Errorf("the Lease of lock %s/%s is gone: %w", l.Namespace, l.Lock, ErrLost)
+			case l.isPermit():
+				l.mu.Lock()
+				l.ledger = s.obj
+				l.mu.Unlock()
+				err = l.showsPermit(s.obj)
 			default:
 				err = l.showsGrant(s.obj)
 			}
