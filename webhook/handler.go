@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -37,9 +38,11 @@ var GarbageCollectorUsers = map[string]bool{
 }
 
 // Authority is the in-process lock authority, which can vouch that the Lease
-// cache is fresh for a lock (see controllers/lock.View).
+// cache is fresh for a lock (see controllers/lock.View): FreshView for a
+// mutex, FreshPermits (the live permits' epochs, ascending) for a semaphore.
 type Authority interface {
 	FreshView(lock types.NamespacedName) (heldEpoch, floor int64, fresh bool)
+	FreshPermits(lock types.NamespacedName) (permits []int64, floor int64, fresh bool)
 }
 
 // FencingHandler admits writes to fenced objects of any kind. It is a
@@ -282,10 +285,16 @@ func (h *FencingHandler) lockState(ctx context.Context, key types.NamespacedName
 
 // vouched reports whether the authority's fresh view agrees with the cache.
 // A free lock in the cache needs no vouching: it admits nothing under policy
-// current, and the issued bound is checked against it.
+// current, and the issued bound is checked against it. A semaphore's cached
+// permits are used only when the authority vouches for exactly that set
+// (no permit is vouched for when none is live: such a lock reads live).
 func (h *FencingHandler) vouched(key types.NamespacedName, state fencing.LockState) bool {
 	if h.Authority == nil {
 		return false
+	}
+	if state.Semaphore() {
+		permits, floor, fresh := h.Authority.FreshPermits(key)
+		return fresh && slices.Equal(permits, state.PermitEpochs()) && floor <= state.Issued
 	}
 	held, floor, fresh := h.Authority.FreshView(key)
 	if state.HeldEpoch == 0 {
@@ -295,10 +304,15 @@ func (h *FencingHandler) vouched(key types.NamespacedName, state fencing.LockSta
 }
 
 // binding is the identity epoch's holder claim is bound to: the Lease's
-// record for the current epoch, the claim (from the cache) for an older one.
+// record for the current epoch (of a semaphore: the permit entry's), the
+// claim (from the cache) for an older one of a mutex. A semaphore's epoch
+// that no live permit holds has no binding (Decide never accepts one).
 func (h *FencingHandler) binding(ctx context.Context, state fencing.LockState, epoch int64) (fencing.Binding, error) {
-	if epoch == state.HeldEpoch {
-		return state.HolderBinding, nil
+	if b, ok := state.LeaseBinding(epoch); ok {
+		return b, nil
+	}
+	if state.Semaphore() {
+		return fencing.Binding{}, nil
 	}
 	var claims fkv1.FencedLeaseList
 	if err := h.Cache.List(ctx, &claims, client.InNamespace(state.Namespace), client.MatchingFields{fkv1.IndexLockName: state.Name}); err != nil {

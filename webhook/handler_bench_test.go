@@ -34,6 +34,10 @@ type vouching struct{ epoch int64 }
 
 func (v vouching) FreshView(types.NamespacedName) (int64, int64, bool) { return v.epoch, v.epoch, true }
 
+func (v vouching) FreshPermits(types.NamespacedName) ([]int64, int64, bool) {
+	return nil, v.epoch, false
+}
+
 // BenchmarkGuardedUpdate is the handler's own cost for the bench's guarded
 // ConfigMap update on the cached path (a vouched holder's accepted write).
 func BenchmarkGuardedUpdate(b *testing.B) {

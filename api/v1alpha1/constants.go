@@ -251,6 +251,11 @@ const (
 	// cannot move the watermark, so a newer holder makes one fenced write
 	// of the object first.
 	AdmissionScaleBeforeFencedWrite AdmissionReason = "ScaleBeforeFencedWrite"
+	// AdmissionSemaphoreNotSupported (CEL mode only) refuses every content
+	// write and delete of an object whose lock's Lease records a capacity
+	// (fencekeeper.io/max-holders): CEL mode does not admit writes to
+	// objects of semaphore locks; webhook mode does.
+	AdmissionSemaphoreNotSupported AdmissionReason = "SemaphoreNotSupported"
 )
 
 // CauseType is the details.causes[].type a denial with this reason carries.

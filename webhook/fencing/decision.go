@@ -59,17 +59,40 @@ type LockState struct {
 	Holder string
 	// HolderBinding is the identity the current holder claim is bound to.
 	HolderBinding Binding
+	// Capacity is a semaphore lock's maxHolders (docs/design.md §9); 0 or 1
+	// is a mutex, whose holder is HeldEpoch. A semaphore has no single
+	// holder (HeldEpoch is 0): its live permits are Permits.
+	Capacity int32
+	// Permits are a semaphore lock's live permits, ascending by epoch, each
+	// with the identity its claim is bound to (as the Lease records it).
+	Permits []PermitState
+}
+
+// PermitState is one live permit of a semaphore lock.
+type PermitState struct {
+	Epoch   int64
+	Holder  string
+	Binding Binding
 }
 
 // StateOf is the lock state a ledger records. A Lease that never granted, or
-// one with a damaged counter, counts as no lock: nothing may be presented
-// against it until the authority repairs it.
+// one with a damaged counter, capacity or permit entries, counts as no lock:
+// nothing may be presented against it until the authority repairs it. A
+// semaphore's state names no holder, only its live permits.
 func StateOf(namespace, name string, l fkv1.Ledger) LockState {
 	s := LockState{Namespace: namespace, Name: name}
-	if !l.Exists || !l.EpochValid || l.Epoch < 1 {
+	if !l.Exists || !l.EpochValid || l.Epoch < 1 || l.CapacityInvalid || l.PermitsInvalid {
 		return s
 	}
 	s.Exists, s.Issued = true, l.Epoch
+	if l.IsSemaphore() {
+		s.Capacity = l.Capacity
+		for _, p := range l.Permits {
+			s.Permits = append(s.Permits, PermitState{Epoch: p.Epoch, Holder: p.Holder,
+				Binding: Binding{User: p.User, PodUID: p.PodUID, Known: true}})
+		}
+		return s
+	}
 	if l.Held() {
 		s.HeldEpoch, s.Holder = l.Epoch, l.HolderIdentity
 		s.HolderBinding = Binding{User: l.HolderUser, PodUID: l.HolderPodUID, Known: true}
@@ -79,7 +102,64 @@ func StateOf(namespace, name string, l fkv1.Ledger) LockState {
 
 func (l LockState) String() string { return l.Namespace + "/" + l.Name }
 
+// Semaphore reports whether the lock admits more than one holder.
+func (l LockState) Semaphore() bool { return l.Capacity > 1 }
+
+// PermitEpochs are the epochs of a semaphore's live permits, ascending.
+func (l LockState) PermitEpochs() []int64 {
+	out := make([]int64, 0, len(l.Permits))
+	for _, p := range l.Permits {
+		out = append(out, p.Epoch)
+	}
+	return out
+}
+
+// holds reports whether epoch is one the lock holds now: a mutex's current
+// held epoch, or a live permit's of a semaphore.
+func (l LockState) holds(epoch int64) bool {
+	if l.Semaphore() {
+		_, ok := l.permitOf(epoch)
+		return ok
+	}
+	return epoch != 0 && epoch == l.HeldEpoch
+}
+
+func (l LockState) permitOf(epoch int64) (PermitState, bool) {
+	for _, p := range l.Permits {
+		if p.Epoch == epoch {
+			return p, true
+		}
+	}
+	return PermitState{}, false
+}
+
+// currentEpochText and currentHolderText name what rules 6 and 7 ask for:
+// the lock's current epoch and holder, or for a semaphore a live permit's.
+func (l LockState) currentEpochText() string {
+	if l.Semaphore() {
+		return "a live permit's epoch"
+	}
+	return "the lock's current epoch"
+}
+
+func (l LockState) currentHolderText() string {
+	if l.Semaphore() {
+		return "a live permit's holder"
+	}
+	return "the lock's current holder"
+}
+
 func (l LockState) holderText() string {
+	if l.Semaphore() {
+		if len(l.Permits) == 0 {
+			return fmt.Sprintf("semaphore of %d holders: no permit is live, last epoch %d", l.Capacity, l.Issued)
+		}
+		live := make([]string, len(l.Permits))
+		for i, p := range l.Permits {
+			live[i] = fmt.Sprintf("epoch %d (%s)", p.Epoch, p.Holder)
+		}
+		return fmt.Sprintf("semaphore of %d holders, live permits: %s", l.Capacity, strings.Join(live, ", "))
+	}
 	if l.HeldEpoch == 0 {
 		return fmt.Sprintf("lock is free, last epoch %d", l.Issued)
 	}
@@ -242,9 +322,21 @@ func Decide(r Request, lock LockState) Decision {
 	if err != nil {
 		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionInvalidPolicy, epoch, "%v", err)
 	}
+	// A semaphore's holders write concurrently, so the watermark rule does
+	// not apply to its objects; monotonic (rules 1-3 only) would then accept
+	// every epoch ever issued. An object of a semaphore lock cannot be
+	// written carrying it (the write that removes it is judged as current).
+	if lock.Semaphore() && r.New.GetAnnotations()[fkv1.AnnotationFencePolicy] == fkv1.FencePolicyMonotonic {
+		return deny(http.StatusUnprocessableEntity, fkv1.AdmissionInvalidPolicy, epoch,
+			"%s %q is not allowed on objects of lock %s, a semaphore of %d holders: its holders write concurrently, so the "+
+				"object's watermark (rule 2) does not apply, and without it %q would accept every epoch ever issued for the lock; "+
+				"remove the annotation (only a live permit's epoch is accepted)",
+			fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic, lockRef, lock.Capacity, fkv1.FencePolicyMonotonic)
+	}
 
-	// Rule 2: never below the object's watermark.
-	if r.Op == Update && isFenced(r.Old) {
+	// Rule 2: never below the object's watermark (not for a semaphore,
+	// whose holders write concurrently by design).
+	if r.Op == Update && isFenced(r.Old) && !lock.Semaphore() {
 		if stored := watermarkOf(r.Old); epoch < stored {
 			return deny(http.StatusForbidden, fkv1.AdmissionStaleEpoch, epoch,
 				"stale epoch %d for lock %s: object already accepted epoch %d (%s)", epoch, lockRef, stored, lock.holderText())
@@ -261,8 +353,14 @@ func Decide(r Request, lock LockState) Decision {
 			"epoch %d for lock %s was never issued: %s", epoch, lockRef, issued)
 	}
 
+	// Rule 4 for a semaphore, its only policy: a live permit holds the
+	// presented epoch.
+	if lock.Semaphore() && !lock.holds(epoch) {
+		return deny(http.StatusForbidden, fkv1.AdmissionNotCurrentEpoch, epoch,
+			"stale epoch %d for lock %s: no live permit holds it (%s)", epoch, lockRef, lock.holderText())
+	}
 	// Rule 4: by default, only the current holder writes.
-	if policy == fkv1.FencePolicyCurrent && epoch != lock.HeldEpoch {
+	if !lock.Semaphore() && policy == fkv1.FencePolicyCurrent && epoch != lock.HeldEpoch {
 		why := lock.holderText()
 		if lock.HeldEpoch == 0 && epoch == lock.Issued {
 			// The writer's own lease ended and nobody holds the lock since:
@@ -298,26 +396,26 @@ func Decide(r Request, lock LockState) Decision {
 }
 
 // needsCurrent refuses, under every policy, the writes that only the
-// current holder may make: adding an owner or changing one's uid (an owner
-// decides when the garbage collector deletes the object, rule 6), and a
-// scale (rule 7). A scale cannot move the watermark (its body is not the
-// object), so it is accepted only when the watermark already is the
-// presented epoch: a scale by epoch 42 over watermark 41 would leave 41
-// free to write or delete under monotonic.
+// current holder (of a semaphore: a live permit) may make: adding an owner
+// or changing one's uid (an owner decides when the garbage collector
+// deletes the object, rule 6), and a scale (rule 7). A scale cannot move
+// the watermark (its body is not the object), so it is accepted only when
+// the watermark already is the presented epoch: a scale by epoch 42 over
+// watermark 41 would leave 41 free to write or delete under monotonic.
 func needsCurrent(r Request, epoch int64, lock LockState) (Decision, bool) {
 	lockRef := lock.String()
 	switch {
-	case r.Op == Update && r.Old != nil && addsOwner(r.Old, r.New) && epoch != lock.HeldEpoch:
+	case r.Op == Update && r.Old != nil && addsOwner(r.Old, r.New) && !lock.holds(epoch):
 		return deny(http.StatusForbidden, fkv1.AdmissionNotCurrentEpoch, epoch,
-			"stale epoch %d for lock %s: adding an owner reference, or changing one's uid, needs the lock's current epoch "+
+			"stale epoch %d for lock %s: adding an owner reference, or changing one's uid, needs %s "+
 				"under every fence policy, since an owner decides when the garbage collector deletes the object (%s)",
-			epoch, lockRef, lock.holderText()), true
+			epoch, lockRef, lock.currentEpochText(), lock.holderText()), true
 	case !r.Scale:
 		return Decision{}, false
-	case epoch != lock.HeldEpoch:
+	case !lock.holds(epoch):
 		return deny(http.StatusForbidden, fkv1.AdmissionNotCurrentEpoch, epoch,
-			"stale epoch %d for lock %s: a scale is accepted only from the lock's current holder, under every fence policy (%s)",
-			epoch, lockRef, lock.holderText()), true
+			"stale epoch %d for lock %s: a scale is accepted only from %s, under every fence policy (%s)",
+			epoch, lockRef, lock.currentHolderText(), lock.holderText()), true
 	case watermarkOf(r.Old) != epoch:
 		return deny(http.StatusForbidden, fkv1.AdmissionScaleBeforeFencedWrite, epoch,
 			"scale presenting epoch %d of lock %s refused: the object's watermark (%s) is %d, and a scale cannot move it; "+
@@ -366,8 +464,8 @@ func inheritedFromUnfenced(r Request, epoch int64) (what string, found bool) {
 // decideDelete is rule 6: a fenced object is deleted by namespace deletion,
 // by the garbage collector, or by the current holder after a fenced write
 // marked it (AnnotationDeleteEpoch equal to the watermark). The mark must be
-// the lock's current held epoch under every policy: monotonic relaxes
-// writes, not deletes.
+// the lock's current held epoch (of a semaphore: a live permit's) under
+// every policy: monotonic relaxes writes, not deletes.
 func decideDelete(r Request, lock LockState) Decision {
 	switch {
 	case r.NamespaceTerminating:
@@ -376,8 +474,8 @@ func decideDelete(r Request, lock LockState) Decision {
 		return allow(fkv1.AdmissionGarbageCollection, 0)
 	}
 	lockRef := lock.String()
-	how := fmt.Sprintf("to delete it, the current holder first writes annotation %s=<its epoch> with a fenced write "+
-		"(presenting the same epoch in %s), then deletes", fkv1.AnnotationDeleteEpoch, fkv1.AnnotationEpoch)
+	how := fmt.Sprintf("to delete it, %s first writes annotation %s=<its epoch> with a fenced write "+
+		"(presenting the same epoch in %s), then deletes", lock.currentHolderText(), fkv1.AnnotationDeleteEpoch, fkv1.AnnotationEpoch)
 	mark := markOf(r.Old)
 	if mark == 0 {
 		return deny(http.StatusForbidden, fkv1.AdmissionDeleteNotMarked, 0,
@@ -388,10 +486,10 @@ func decideDelete(r Request, lock LockState) Decision {
 			"stale delete for lock %s: marked by epoch %d but the object has since accepted epoch %d (%s); %s",
 			lockRef, mark, stored, lock.holderText(), how)
 	}
-	if mark != lock.HeldEpoch {
+	if !lock.holds(mark) {
 		return deny(http.StatusForbidden, fkv1.AdmissionNotCurrentEpoch, mark,
-			"stale delete for lock %s: marked by epoch %d, which is not the lock's current epoch (%s); %s",
-			lockRef, mark, lock.holderText(), how)
+			"stale delete for lock %s: marked by epoch %d, which is not %s (%s); %s",
+			lockRef, mark, lock.currentEpochText(), lock.holderText(), how)
 	}
 	return allow(fkv1.AdmissionDeleteMarked, mark)
 }

@@ -410,3 +410,157 @@ func TestContentChangedAnnotations(t *testing.T) {
 		}
 	}
 }
+
+// A semaphore of 3 holders (docs/design.md §9): live permits 40 (worker-a)
+// and 42 (worker-c); 41 (worker-b) has ended; 42 is the last issued.
+var semaphore3 = LockState{Namespace: "reports", Name: "report-2026-07", Exists: true, Issued: 42, Capacity: 3,
+	Permits: []PermitState{
+		{Epoch: 40, Holder: "worker-a", Binding: Binding{User: "alice", Known: true}},
+		{Epoch: 42, Holder: "worker-c", Binding: Binding{User: "carol", Known: true}},
+	}}
+
+func TestDecideSemaphore(t *testing.T) {
+	none := semaphore3
+	none.Permits = nil
+	monotonic := withAnnotation(fkv1.AnnotationFencePolicy, fkv1.FencePolicyMonotonic)
+	markAt := func(e string) func(*unstructured.Unstructured) { return withAnnotation(fkv1.AnnotationDeleteEpoch, e) }
+	ownedBy := func(uid string) func(*unstructured.Unstructured) {
+		return func(u *unstructured.Unstructured) {
+			u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "bait", UID: types.UID(uid)}})
+		}
+	}
+	at42 := stored("v12", "42")
+	at40 := stored("v10", "40")
+	cases := []struct {
+		name      string
+		req       Request
+		lock      LockState
+		allow     bool
+		reason    fkv1.AdmissionReason
+		code      int32
+		msg       string
+		watermark int64
+	}{
+		// Rule 4 is the only policy: a live permit holds the presented epoch.
+		{name: "create by a live permit", req: create(write(nil, "v1", "40")), lock: semaphore3, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 40},
+		{name: "update by a live permit", req: update(at40, write(at40, "v11", "42")), lock: semaphore3, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 42},
+		{name: "an ended permit's epoch, between two live ones", req: update(at40, write(at40, "v11", "41")), lock: semaphore3,
+			reason: fkv1.AdmissionNotCurrentEpoch, code: 403,
+			msg: "stale epoch 41 for lock reports/report-2026-07: no live permit holds it (semaphore of 3 holders, live permits: epoch 40 (worker-a), epoch 42 (worker-c))"},
+		{name: "an epoch below every live permit", req: create(write(nil, "v1", "7")), lock: semaphore3, reason: fkv1.AdmissionNotCurrentEpoch, code: 403},
+		{name: "no permit is live", req: update(at42, write(at42, "v13", "42")), lock: none, reason: fkv1.AdmissionNotCurrentEpoch,
+			msg: "no permit is live, last epoch 42"},
+		// Rule 2 does not apply: holders write concurrently.
+		{name: "a live permit below the object's watermark (another holder wrote last)", req: update(at42, write(at42, "v13", "40")), lock: semaphore3,
+			allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 40},
+		// Rule 3 unchanged.
+		{name: "above the last issued (forged)", req: update(at40, write(at40, "v11", "43")), lock: semaphore3, reason: fkv1.AdmissionFutureEpoch, code: 403,
+			msg: "the last epoch issued is 42"},
+		{name: "rule 1 unchanged: no epoch", req: update(at40, write(at40, "v11", "-")), lock: semaphore3, reason: fkv1.AdmissionMissingEpoch, code: 422},
+		{name: "rule 8 unchanged: metadata-only maintenance", req: update(at40, write(at40, "v10", "-", withLabel("team", "x"))), lock: none, allow: true, reason: fkv1.AdmissionMetadataOnly},
+		// monotonic is refused: without rule 2 it would accept every epoch ever issued.
+		{name: "stored monotonic, an ended permit's epoch", req: update(stored("v10", "40", monotonic), write(stored("v10", "40", monotonic), "v11", "41")), lock: semaphore3,
+			reason: fkv1.AdmissionInvalidPolicy, code: 422, msg: "would accept every epoch ever issued"},
+		{name: "stored monotonic, a live permit keeping it", req: update(stored("v10", "40", monotonic), write(stored("v10", "40", monotonic), "v11", "42")), lock: semaphore3,
+			reason: fkv1.AdmissionInvalidPolicy, code: 422, msg: "a semaphore of 3 holders"},
+		{name: "a live permit sets monotonic", req: update(at40, write(at40, "v11", "42", monotonic)), lock: semaphore3, reason: fkv1.AdmissionInvalidPolicy, code: 422},
+		{name: "create with monotonic", req: create(write(nil, "v1", "42", monotonic)), lock: semaphore3, reason: fkv1.AdmissionInvalidPolicy, code: 422},
+		{name: "a live permit removes a stored monotonic (judged as current)", req: update(stored("v10", "40", monotonic), write(stored("v10", "40", monotonic), "v11", "42", withoutAnnotation(fkv1.AnnotationFencePolicy))),
+			lock: semaphore3, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 42},
+		{name: "an ended permit removes a stored monotonic", req: update(stored("v10", "40", monotonic), write(stored("v10", "40", monotonic), "v11", "41", withoutAnnotation(fkv1.AnnotationFencePolicy))),
+			lock: semaphore3, reason: fkv1.AdmissionNotCurrentEpoch},
+		// Rule 6: owners and deletion marks need a live permit's epoch.
+		{name: "an ended permit adds an owner", req: update(at40, write(at40, "v10", "41", ownedBy("bait"))), lock: semaphore3, reason: fkv1.AdmissionNotCurrentEpoch,
+			msg: "no live permit holds it"},
+		{name: "a live permit adds an owner", req: update(at42, write(at42, "v12", "40", ownedBy("mine"))), lock: semaphore3, allow: true, reason: fkv1.AdmissionEpochAccepted, watermark: 40},
+		{name: "delete marked by a live permit", req: del(stored("v12", "40", markAt("40"))), lock: semaphore3, allow: true, reason: fkv1.AdmissionDeleteMarked},
+		{name: "delete marked by an ended permit", req: del(stored("v12", "41", markAt("41"))), lock: semaphore3, reason: fkv1.AdmissionNotCurrentEpoch, code: 403,
+			msg: "marked by epoch 41, which is not a live permit's epoch"},
+		{name: "delete marked by a live permit, no longer the watermark", req: del(stored("v12", "42", markAt("40"))), lock: semaphore3, reason: fkv1.AdmissionStaleEpoch},
+		{name: "delete of an unmarked object", req: del(at42), lock: semaphore3, reason: fkv1.AdmissionDeleteNotMarked, msg: "a live permit's holder first writes"},
+		{name: "delete when no permit is live", req: del(stored("v12", "42", markAt("42"))), lock: none, reason: fkv1.AdmissionNotCurrentEpoch},
+		{name: "delete by the garbage collector", req: Request{Op: Delete, Old: at42, GarbageCollector: true}, lock: none, allow: true, reason: fkv1.AdmissionGarbageCollection},
+		{name: "a deletion mark must be the presented epoch", req: update(at40, write(at40, "v11", "42", markAt("40"))), lock: semaphore3, reason: fkv1.AdmissionInvalidDeleteMark},
+		// Rule 7: a scale by a live permit, over its own watermark.
+		{name: "scale by a live permit over its own watermark", req: scale(stored("v12", "40"), "40"), lock: semaphore3, allow: true, reason: fkv1.AdmissionEpochAccepted},
+		{name: "scale by a live permit over another's watermark", req: scale(stored("v12", "42"), "40"), lock: semaphore3, reason: fkv1.AdmissionScaleBeforeFencedWrite},
+		{name: "scale by an ended permit over its own watermark", req: scale(stored("v12", "41"), "41"), lock: semaphore3, reason: fkv1.AdmissionNotCurrentEpoch},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(tc.req, tc.lock)
+			if d.Allowed != tc.allow {
+				t.Fatalf("allowed = %v, want %v (%s: %s)", d.Allowed, tc.allow, d.Reason, d.Message)
+			}
+			if tc.reason != "" && d.Reason != tc.reason {
+				t.Errorf("reason = %s, want %s (%s)", d.Reason, tc.reason, d.Message)
+			}
+			if tc.code != 0 && d.Code != tc.code {
+				t.Errorf("code = %d, want %d", d.Code, tc.code)
+			}
+			if tc.msg != "" && !strings.Contains(d.Message, tc.msg) {
+				t.Errorf("message %q does not contain %q", d.Message, tc.msg)
+			}
+			if d.Watermark != tc.watermark {
+				t.Errorf("watermark = %d, want %d", d.Watermark, tc.watermark)
+			}
+			if !d.Allowed && (d.Code == 0 || d.Message == "") {
+				t.Errorf("a denial needs a code and a message: %+v", d)
+			}
+		})
+	}
+}
+
+// StateOf reads a semaphore's capacity and permits from its ledger; a
+// malformed capacity or permit entry is no lock, as a damaged counter is.
+func TestStateOfSemaphore(t *testing.T) {
+	ledger := fkv1.Ledger{Exists: true, Epoch: 12, EpochValid: true, Capacity: 3,
+		Permits: []fkv1.Permit{
+			{Epoch: 11, Claim: "w1", UID: "u1", Holder: "worker-1", PodUID: "p1"},
+			{Epoch: 12, Claim: "w2", UID: "u2", Holder: "worker-2", User: "alice"},
+		}}
+	s := StateOf("reports", "warehouse", ledger)
+	if !s.Exists || !s.Semaphore() || s.Issued != 12 || s.HeldEpoch != 0 || s.Capacity != 3 {
+		t.Fatalf("state %+v", s)
+	}
+	if got := s.PermitEpochs(); len(got) != 2 || got[0] != 11 || got[1] != 12 {
+		t.Fatalf("permit epochs %v", got)
+	}
+	if b, ok := s.LeaseBinding(12); !ok || b != (Binding{User: "alice", Known: true}) {
+		t.Fatalf("binding of permit 12: %+v %v", b, ok)
+	}
+	if b, ok := s.LeaseBinding(11); !ok || b != (Binding{PodUID: "p1", Known: true}) {
+		t.Fatalf("binding of permit 11: %+v %v", b, ok)
+	}
+	if _, ok := s.LeaseBinding(10); ok {
+		t.Fatal("an epoch no permit holds has a binding")
+	}
+	// Holder annotations on a semaphore's Lease name no holder.
+	withHolder := ledger
+	withHolder.HolderUID, withHolder.HolderIdentity, withHolder.HolderUser = "u9", "mallory", "mallory"
+	if s := StateOf("reports", "warehouse", withHolder); s.HeldEpoch != 0 || s.Holder != "" {
+		t.Fatalf("a semaphore's state names holder %q at %d", s.Holder, s.HeldEpoch)
+	}
+	for name, l := range map[string]fkv1.Ledger{
+		"malformed capacity": func() fkv1.Ledger { l := ledger; l.Capacity, l.CapacityInvalid = 0, true; return l }(),
+		"malformed permits":  func() fkv1.Ledger { l := ledger; l.Permits, l.PermitsInvalid = nil, true; return l }(),
+		"malformed permits on a mutex": func() fkv1.Ledger {
+			l := ledger
+			l.Capacity, l.Permits, l.PermitsInvalid, l.HolderUID = 1, nil, true, "u1"
+			return l
+		}(),
+	} {
+		if s := StateOf("reports", "warehouse", l); s.Exists || s.Issued != 0 || s.Semaphore() {
+			t.Errorf("%s: state %+v, want no lock", name, s)
+		}
+		if d := Decide(update(stored("v1", "12"), write(stored("v1", "12"), "v2", "12")), StateOf("reports", "warehouse", l)); d.Allowed || d.Reason != fkv1.AdmissionFutureEpoch {
+			t.Errorf("%s: a write presenting 12 got %v/%s, want FutureEpoch", name, d.Allowed, d.Reason)
+		}
+	}
+	// A mutex's state is what it was: permits of a mutex Lease are ignored.
+	mutex := fkv1.Ledger{Exists: true, Epoch: 42, EpochValid: true, HolderUID: "u", HolderIdentity: "W2", HolderUser: "bob",
+		Capacity: 1}
+	if s := StateOf("reports", "report-2026-07", mutex); s.Semaphore() || s.HeldEpoch != 42 || s.Holder != "W2" || s.HolderBinding != (Binding{User: "bob", Known: true}) || s.Permits != nil {
+		t.Fatalf("mutex state %+v", s)
+	}
+}

@@ -52,6 +52,22 @@ func NeedsIdentity(r Request, d Decision) (int64, bool) {
 	return d.Epoch, true
 }
 
+// LeaseBinding is the identity the lock's Lease records for epoch: the
+// current holder's for a mutex's held epoch, the permit entry's for a live
+// permit of a semaphore. ok is false when the Lease records none for it (an
+// older epoch of a mutex, whose claim tells; any other epoch of a
+// semaphore, which Decide never accepts).
+func (l LockState) LeaseBinding(epoch int64) (Binding, bool) {
+	if l.Semaphore() {
+		p, ok := l.permitOf(epoch)
+		return p.Binding, ok
+	}
+	if epoch != 0 && epoch == l.HeldEpoch {
+		return l.HolderBinding, true
+	}
+	return Binding{}, false
+}
+
 // CheckIdentity is rule 9: an epoch is an identifier, not a bearer token. A
 // write presenting epoch N is accepted only from the identity that holds N,
 // unless the stored object opts out with fencekeeper.io/fence-identity: any
