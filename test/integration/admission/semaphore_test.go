@@ -104,7 +104,9 @@ var _ = Describe("Fencing a semaphore lock", func() {
 			var status apierrors.APIStatus
 			Expect(errors.As(err, &status)).To(BeTrue())
 			Expect(status.Status().Code).To(Equal(int32(422)), "%v", err)
-			Expect(err.Error()).To(ContainSubstring(string(fkv1.AdmissionInvalidPolicy)))
+			Expect(status.Status().Details).NotTo(BeNil())
+			Expect(status.Status().Details.Causes).NotTo(BeEmpty())
+			Expect(status.Status().Details.Causes[0].Type).To(BeEquivalentTo(fkv1.AdmissionInvalidPolicy.CauseType()))
 		}
 		Expect(configMapData(ns, "batch")).To(Equal("rows by C"))
 
