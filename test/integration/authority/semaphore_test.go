@@ -13,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -178,6 +179,65 @@ var _ = Describe("Semaphore locks", func() {
 		Expect(permitEpochs(led)).To(Equal([]int64{r.Status.Epoch}))
 		h.Complete()
 		verifyPermits("dock", 2)
+	})
+
+	It("never both permits and times out a claim whose deadline races a permit's release, with two managers at once", func() {
+		m1 := startManager(time.Second)
+		m2 := startManager(time.Second)
+		DeferCleanup(func() { m1.Stop(); m2.Stop() })
+		everPermitted := func(lock string, uid string) bool {
+			for _, l := range h.Leases() {
+				if l.Name != lock {
+					continue
+				}
+				if _, ok := fkv1.ReadLedger(&l, lock).PermitFor(types.UID(uid)); ok {
+					return true
+				}
+			}
+			return false
+		}
+		offsets := []time.Duration{200 * time.Millisecond, 900 * time.Millisecond, time.Second,
+			1100 * time.Millisecond, 2500 * time.Millisecond}
+		granted, timedOut := 0, 0
+		for i, offset := range offsets {
+			lock := fmt.Sprintf("sem-race-%d", i)
+			createSem("keeper-"+lock, lock, 2, 60)
+			leaving := createSem("leaving-"+lock, lock, 2, 60)
+			eventuallyPhase(ns, "keeper-"+lock, fkv1.PhaseHeld)
+			eventuallyPhase(ns, leaving.Name, fkv1.PhaseHeld)
+			w := newClaim(ns, "w-"+lock, lock, "W", 30)
+			w.Spec.MaxHolders, w.Spec.AcquireTimeoutSeconds = ptr.To(int32(2)), ptr.To(int32(1))
+			Expect(k8s.Create(context.Background(), w)).To(Succeed())
+			Eventually(func() fkv1.FencedLeasePhase { return getClaim(ns, w.Name).Status.Phase }, 10*time.Second, 10*time.Millisecond).
+				ShouldNot(BeEmpty())
+			time.Sleep(offset)
+			deleteClaim(getClaim(ns, leaving.Name))
+			var end *fkv1.FencedLease
+			Eventually(func() fkv1.FencedLeasePhase {
+				end = getClaim(ns, w.Name)
+				return end.Status.Phase
+			}, 30*time.Second, 10*time.Millisecond).Should(Or(Equal(fkv1.PhaseHeld), Equal(fkv1.PhaseExpired)))
+			if end.Status.Phase == fkv1.PhaseHeld {
+				granted++
+				Expect(fkv1.ReadLedger(getLease(ns, lock), lock).TimedOutClaim(w.UID)).To(BeFalse(), "permitted and listed as timed out")
+				Consistently(func() string { return reasonOf(getClaim(ns, w.Name)) }, time.Second).Should(Equal(fkv1.ReasonGranted))
+			} else {
+				timedOut++
+				Expect(reasonOf(end)).To(Equal(fkv1.ReasonAcquireTimeout))
+				Expect(end.Status.Epoch).To(BeZero())
+			}
+		}
+		for i := range offsets {
+			lock := fmt.Sprintf("sem-race-%d", i)
+			w := getClaim(ns, "w-"+lock)
+			if reasonOf(w) == fkv1.ReasonAcquireTimeout {
+				Expect(everPermitted(lock, string(w.UID))).To(BeFalse(), "a Lease permitted timed-out claim %s", w.Name)
+				Expect(h.EverHeld(w.UID)).To(BeFalse(), "timed-out claim %s was Held", w.Name)
+			}
+			verifyPermits(lock, 2)
+		}
+		Expect(granted).To(BeNumerically(">", 0), "no release came before a deadline")
+		Expect(timedOut).To(BeNumerically(">", 0), "no deadline came before a release")
 	})
 
 	It("never lists more permits than maxHolders with two managers active at once and 30 contenders churning", func() {
