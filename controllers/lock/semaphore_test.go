@@ -224,3 +224,18 @@ func TestSemaphoreAcquireTimeout(t *testing.T) {
 		t.Fatalf("timed out %v; want late", a.timedOut)
 	}
 }
+
+// A try-once waiter at the head is granted a free permit at the first
+// decision, not also timed out in the same write.
+func TestSemaphoreTryOnceGrantedNotTimedOut(t *testing.T) {
+	once := semClaim("once", 2, "", 0, 2)
+	once.Spec.AcquireTimeoutSeconds = ptr.To(int32(0))
+	s := semSnapshot(semLedger(42, 2, "a1", 41), t0, semClaim("a1", 1, fkv1.PhaseHeld, 41, 2), once)
+	a := decide(s)
+	if got := grantsOf(a); !slices.Equal(got, []grantedPermit{{"once", 43}}) {
+		t.Fatalf("grants %v", got)
+	}
+	if len(a.timedOut) != 0 {
+		t.Fatalf("granted and timed out in one write: %v", a.timedOut)
+	}
+}
