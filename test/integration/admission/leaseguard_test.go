@@ -317,6 +317,42 @@ var _ = Describe("Managed-Lease guard: ownerReferences and who renews", func() {
 		Expect(getLease("renewed").Spec.RenewTime.Time).To(BeTemporally(">", granted.Spec.RenewTime.Time))
 	})
 
+	It("accepts a permit's renewal only from its holder's bound user or the manager, and lets nobody else end or edit it", func() {
+		m := startManager()
+		DeferCleanup(func() { Expect(m.Stop()).To(Succeed()) })
+		c := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "loader"},
+			Spec: fkv1.FencedLeaseSpec{LockName: "loaders", HolderIdentity: "L1", LeaseDurationSeconds: ptr.To(int32(3600)), MaxHolders: ptr.To(int32(3))}}
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		epoch := waitPhase(c, fkv1.PhaseHeld).Status.Epoch
+		name := fkv1.PermitLeaseName("loaders", epoch)
+		var granted *coordinationv1.Lease
+		Eventually(func() error {
+			var l coordinationv1.Lease
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l)
+			granted = &l
+			return err
+		}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+		holderUser := granted.Annotations[fkv1.AnnotationHolderUser]
+		Expect(holderUser).NotTo(BeEmpty())
+		mallory := userClient("mallory")
+		notHolder := `only the holder's bound identity may renew managed Lease ` + name + ` (user "` + holderUser +
+			`"), but this request comes from user "mallory"`
+
+		By("another user cannot renew the permit, delete its Lease, or edit the lock's permit entries")
+		refused(update(mallory, name, renewTo(endOfTime)), notHolder)
+		refused(mergePatch(mallory, name, `{"spec":{"renewTime":"9999-12-31T23:59:59.000000Z"}}`), notHolder)
+		Expect(mallory.Delete(ctx, granted.DeepCopy())).NotTo(Succeed())
+		refused(mergePatch(mallory, "loaders", `{"metadata":{"annotations":{"fencekeeper.io/permit-1":"{\"claim\":\"x\",\"uid\":\"y\"}"}}}`),
+			"only the fencekeeper manager may change the annotations")
+		refused(mergePatch(k8s, "loaders", `{"metadata":{"annotations":{"fencekeeper.io/max-holders":"50"}}}`),
+			"only the fencekeeper manager may change the annotations")
+		Expect(getLease(name).ResourceVersion).To(Equal(granted.ResourceVersion), "nothing was written")
+
+		By("the holder's bound user renews its permit")
+		Expect(update(k8s, name, renew)).To(Succeed())
+		Expect(getLease(name).Spec.RenewTime.Time).To(BeTemporally(">", granted.Spec.RenewTime.Time))
+	})
+
 	It("binds renewals of a hold made with a pod's token to that pod", func() {
 		m := startManager()
 		DeferCleanup(func() { Expect(m.Stop()).To(Succeed()) })
