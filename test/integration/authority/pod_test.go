@@ -147,6 +147,36 @@ var _ = Describe("Pod-held leases", func() {
 		Eventually(stateOf(ns, h0), 10*time.Second).Should(Equal("Held/4"))
 	})
 
+	It("grants permits of a semaphore to pods (fencekeeper.io/lease-max-holders): each unready pod's permit ends on its own, deletion hands it over at once", func() {
+		semaphore := func(p *corev1.Pod) { p.Annotations[fkv1.AnnotationLeaseMaxHolders] = "2" }
+		var pods []*corev1.Pod
+		for i := 0; i < 3; i++ {
+			pods = append(pods, leasePod(ns, fmt.Sprintf("loader-%d", i), "loaders", "2", true, semaphore))
+		}
+		Eventually(func() []string { return holders(ns, pods) }, 10*time.Second).Should(HaveLen(2))
+		Consistently(func() []string { return holders(ns, pods) }, 2*time.Second).Should(HaveLen(2), "a third pod held a permit of two")
+		held := holders(ns, pods)
+		_, e0, _ := podLease(ns, held[0])
+		_, e1, _ := podLease(ns, held[1])
+		Expect(e0).NotTo(Equal(e1), "two permits, two epochs")
+		led := fkv1.ReadLedger(getLease(ns, "loaders"), "loaders")
+		Expect(led.MaxHolders()).To(Equal(int32(2)))
+		Expect(led.Permits).To(HaveLen(2))
+
+		By("one holder's containers stop being ready: its permit ends after the TTL, the other stays, the waiter gets a permit")
+		byName := map[string]*corev1.Pod{}
+		for _, p := range pods {
+			byName[p.Name] = p
+		}
+		setReady(byName[held[0]], false)
+		Eventually(func() []string { return holders(ns, pods) }, 10*time.Second).Should(And(HaveLen(2), Not(ContainElement(held[0])), ContainElement(held[1])))
+
+		By("deleting a holder pod hands its permit over at once, long before the TTL would")
+		setReady(byName[held[0]], true)
+		Expect(k8s.Delete(ctx, byName[held[1]])).To(Succeed())
+		Eventually(func() []string { return holders(ns, pods) }, 5*time.Second).Should(ContainElement(held[0]))
+	})
+
 	It("hands over at once when the holder pod is deleted, long before its 300 s TTL", func() {
 		a := leasePod(ns, "at-once-a", "at-once", "300", true)
 		Eventually(stateOf(ns, a.Name), 10*time.Second).Should(Equal("Held/1"))
