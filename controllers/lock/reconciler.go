@@ -105,7 +105,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, recorder events.Eve
 
 // +kubebuilder:rbac:groups=fencekeeper.io,resources=fencedleases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=fencekeeper.io,resources=fencedleases/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
