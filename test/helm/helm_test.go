@@ -226,6 +226,40 @@ func TestChartEndToEnd(t *testing.T) {
 		t.Fatalf("the report after the refused write: %v %v", stored.Data, err)
 	}
 
+	// 3b. A semaphore lock under the chart's RBAC: two permits at once,
+	// each with its renewal Lease; a released permit's Lease is deleted
+	// (the manager's role must allow it) and the waiter gets the permit.
+	for _, n := range []string{"l1", "l2", "l3"} {
+		fl := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: "reports", Name: n},
+			Spec: fkv1.FencedLeaseSpec{LockName: "loaders", HolderIdentity: n, LeaseDurationSeconds: ptr.To[int32](300), MaxHolders: ptr.To[int32](2)}}
+		if err := c.Create(ctx, fl); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // FIFO by creation time
+	}
+	var l1 *fkv1.FencedLease
+	eventually(t, 20*time.Second, "l1 and l2 to hold the two permits of lock loaders", func() error {
+		l1 = claim(ctx, t, c, "l1")
+		l2 := claim(ctx, t, c, "l2")
+		if l1.Status.Phase != fkv1.PhaseHeld || l2.Status.Phase != fkv1.PhaseHeld || claim(ctx, t, c, "l3").Status.Phase == fkv1.PhaseHeld {
+			return fmt.Errorf("l1 %q, l2 %q", l1.Status.Phase, l2.Status.Phase)
+		}
+		return c.Get(ctx, client.ObjectKey{Namespace: "reports", Name: fkv1.PermitLeaseName("loaders", l1.Status.Epoch)}, &coordinationv1.Lease{})
+	})
+	if err := c.Delete(ctx, l1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "l3 to get l1's permit and l1's permit Lease to be deleted", func() error {
+		if l3 := claim(ctx, t, c, "l3"); l3.Status.Phase != fkv1.PhaseHeld {
+			return fmt.Errorf("l3 %q", l3.Status.Phase)
+		}
+		err := c.Get(ctx, client.ObjectKey{Namespace: "reports", Name: fkv1.PermitLeaseName("loaders", l1.Status.Epoch)}, &coordinationv1.Lease{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("l1's permit Lease: %v", err)
+		}
+		return nil
+	})
+
 	// 4. The metrics Service serves the manager's metrics (the apiserver's
 	// service proxy picks a ready endpoint of it; the leader's count the
 	// two grants).
