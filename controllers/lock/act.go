@@ -135,9 +135,9 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 		}
 	}
 
-	if err := r.syncPermitLeases(ctx, lock, g, fkv1.ReadLedger(lease, lock.Name), grantTime); err != nil {
-		return ctrl.Result{}, err
-	}
+	// A permit Lease that could not be made or removed is retried (the
+	// reconcile's error), after the claims' statuses show the Lease.
+	permitErr := r.syncPermitLeases(ctx, lock, g, fkv1.ReadLedger(lease, lock.Name), grantTime)
 	in := statusInputs{lease: lease, ledger: fkv1.ReadLedger(lease, lock.Name), exhausted: a.exhausted, maxWaiters: r.maxWaiters,
 		unrecorded: a.unrecorded && !a.kind.writesLease(), // a write leaves a counter its holder holds
 		permitEnds: a.permitEndReasons()}
@@ -169,6 +169,9 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	}
 	if err := r.syncStatuses(ctx, mem, endedFirst(g.claims, in.ledger), in); err != nil {
 		return ctrl.Result{}, err
+	}
+	if permitErr != nil {
+		return ctrl.Result{}, permitErr
 	}
 	wake := a.requeueAfter
 	if a.timeoutWake > 0 && (wake == 0 || a.timeoutWake < wake) {

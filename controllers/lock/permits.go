@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -81,6 +82,7 @@ func (r *Reconciler) grantedPermits(ctx context.Context, lock types.NamespacedNa
 // this cache has not shown yet). A permit whose Lease cannot be created (a
 // foreign Lease of that name) is not renewed and expires.
 func (r *Reconciler) syncPermitLeases(ctx context.Context, lock types.NamespacedName, g gathered, led fkv1.Ledger, grantTime metav1.MicroTime) error {
+	var errs []error
 	live := map[int64]bool{}
 	for _, p := range led.Permits {
 		live[p.Epoch] = true
@@ -89,7 +91,7 @@ func (r *Reconciler) syncPermitLeases(ctx context.Context, lock types.Namespaced
 		}
 		fresh := !g.ledger.Exists || !hasPermit(g.ledger, p.Epoch)
 		if err := r.client.Create(ctx, permitLease(lock, p, grantTime, fresh)); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating the renewal Lease of permit %d of lock %s: %w", p.Epoch, lock, err)
+			errs = append(errs, fmt.Errorf("creating the renewal Lease of permit %d of lock %s: %w", p.Epoch, lock, err))
 		} else if apierrors.IsAlreadyExists(err) {
 			log.FromContext(ctx).V(1).Info("a permit's renewal Lease exists and is not this permit's; it expires unless its holder is a pod", "epoch", p.Epoch)
 		}
@@ -100,10 +102,10 @@ func (r *Reconciler) syncPermitLeases(ctx context.Context, lock types.Namespaced
 		}
 		err := r.client.Delete(ctx, l, client.Preconditions{UID: &l.UID})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("deleting the renewal Lease of ended permit %d of lock %s: %w", epoch, lock, err)
+			errs = append(errs, fmt.Errorf("deleting the renewal Lease of ended permit %d of lock %s: %w", epoch, lock, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func hasPermit(l fkv1.Ledger, epoch int64) bool {
