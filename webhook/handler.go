@@ -128,14 +128,27 @@ func (h *FencingHandler) decide(ctx context.Context, req admission.Request, r fe
 	if r.Op == fencing.Delete && lockName == "" {
 		return admission.Allowed("an empty lock label never fenced this object"), string(fkv1.AdmissionMetadataOnly)
 	}
+	freeCached := false
+	key := types.NamespacedName{Namespace: req.Namespace, Name: lockName}
 	if epoch, need := fencing.NeedsLock(r); need && lockName != "" {
-		if state, err = h.lockState(ctx, types.NamespacedName{Namespace: req.Namespace, Name: lockName}, epoch); err != nil {
+		if state, freeCached, err = h.lockState(ctx, key, epoch); err != nil {
 			// Fail closed: without the authority's word nothing is written.
 			return admission.Errored(http.StatusServiceUnavailable,
 				fmt.Errorf("reading lock %s/%s: %w", req.Namespace, lockName, err)), "LockReadError"
 		}
 	}
 	d := fencing.Decide(r, state)
+	if d.Allowed && freeCached {
+		// A free mutex in the cache refuses safely (a newer grant only
+		// issues higher epochs), but an acceptance (policy monotonic) must
+		// hold against the live Lease: the lock may be a semaphore by now,
+		// under which monotonic admits nothing.
+		if state, err = h.liveLockState(ctx, key); err != nil {
+			return admission.Errored(http.StatusServiceUnavailable,
+				fmt.Errorf("reading lock %s/%s: %w", req.Namespace, lockName, err)), "LockReadError"
+		}
+		d = fencing.Decide(r, state)
+	}
 	if epoch, need := fencing.NeedsIdentity(r, d); need {
 		bound, err := h.binding(ctx, state, epoch)
 		if err != nil {
@@ -264,19 +277,29 @@ func consume(raw []byte, obj *unstructured.Unstructured, d fencing.Decision) adm
 // process vouches for the cache (same holder, lease not lapsed on its clock,
 // nothing newer issued), and live otherwise: a replica must not admit on a
 // view older than the request.
-func (h *FencingHandler) lockState(ctx context.Context, key types.NamespacedName, presented int64) (fencing.LockState, error) {
+//
+// A free mutex in the cache is used without the authority's word (it is
+// vouched for only as far as refusals go: see vouched); freeCached says so,
+// and decide confirms an acceptance against the live Lease.
+func (h *FencingHandler) lockState(ctx context.Context, key types.NamespacedName, presented int64) (state fencing.LockState, freeCached bool, err error) {
 	var lease coordinationv1.Lease
-	err := h.Cache.Get(ctx, key, &lease)
+	err = h.Cache.Get(ctx, key, &lease)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fencing.LockState{}, err
+		return fencing.LockState{}, false, err
 	}
-	state := stateOf(key, &lease, err == nil)
+	state = stateOf(key, &lease, err == nil)
 	if state.Exists && presented <= state.Issued && h.vouched(key, state) {
-		return state, nil
+		return state, state.HeldEpoch == 0 && !state.Semaphore(), nil
 	}
+	state, err = h.liveLockState(ctx, key)
+	return state, false, err
+}
+
+// liveLockState reads the lock's Lease from the apiserver.
+func (h *FencingHandler) liveLockState(ctx context.Context, key types.NamespacedName) (fencing.LockState, error) {
 	liveReads.Inc()
-	lease = coordinationv1.Lease{}
-	err = h.APIReader.Get(ctx, key, &lease)
+	var lease coordinationv1.Lease
+	err := h.APIReader.Get(ctx, key, &lease)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fencing.LockState{}, err
 	}
@@ -353,9 +376,16 @@ func (h *FencingHandler) namespaceTerminating(ctx context.Context, name string) 
 	return ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating, nil
 }
 
+// A Lease that renews a semaphore's permit, or that names another lock,
+// is no ledger of this lock: it counts as no lock.
 func stateOf(key types.NamespacedName, lease *coordinationv1.Lease, found bool) fencing.LockState {
 	if !found {
 		lease = nil
+	}
+	if lease != nil {
+		if _, permit := fkv1.IsPermitLease(lease); permit || (lease.Labels[fkv1.LabelLock] != "" && lease.Labels[fkv1.LabelLock] != key.Name) {
+			lease = nil
+		}
 	}
 	return fencing.StateOf(key.Namespace, key.Name, fkv1.ReadLedger(lease, key.Name))
 }

@@ -74,9 +74,14 @@ func (m *lockMemory) granted(signal renewal, now time.Time) {
 }
 
 // observePermit is observe for one permit of a semaphore lock (by epoch).
-func (m *lockMemory) observePermit(epoch int64, signal renewal, now time.Time) (time.Time, bool) {
+// A signal that is not known (its renewal Lease is missing) renews
+// nothing: the permit keeps what was last observed, and expires one TTL
+// after it.
+func (m *lockMemory) observePermit(epoch int64, signal renewal, known bool, now time.Time) (time.Time, bool) {
 	o, seen := m.permitRenewals[epoch]
 	switch {
+	case seen && !known:
+		return o.at, !o.firstSight
 	case !seen || signal.renews(o.signal):
 		o = observed{signal: signal, at: now, firstSight: !seen}
 	default:

@@ -188,7 +188,7 @@ func (m *memory) publishView(lock types.NamespacedName, v View) {
 		if cur.idle() {
 			delete(m.locks, lock)
 		}
-	case v.HeldEpoch != 0:
+	case v.HeldEpoch != 0 || len(v.Permits) > 0:
 		m.locks[lock] = &lockMemory{view: v}
 	}
 }
@@ -198,7 +198,7 @@ func (m *memory) view(lock types.NamespacedName) (View, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cur, ok := m.locks[lock]
-	if !ok || cur.view.HeldEpoch == 0 {
+	if !ok || (cur.view.HeldEpoch == 0 && len(cur.view.Permits) == 0) {
 		return View{}, false
 	}
 	return cur.view, true

@@ -121,7 +121,7 @@ func permitLease(lock types.NamespacedName, p fkv1.Permit, grantTime metav1.Micr
 	epoch := fkv1.FormatEpoch(p.Epoch)
 	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: fkv1.PermitLeaseName(lock.Name, p.Epoch),
-			Labels: map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue, fkv1.LabelLock: lock.Name, fkv1.LabelPermitEpoch: epoch},
+			Labels:      map[string]string{fkv1.LabelManagedBy: fkv1.ManagedByValue, fkv1.LabelLock: lock.Name, fkv1.LabelPermitEpoch: epoch},
 			Annotations: map[string]string{fkv1.AnnotationEpoch: epoch, fkv1.AnnotationClaim: p.Claim, fkv1.AnnotationClaimUID: string(p.UID)}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(p.Holder), LeaseDurationSeconds: ptr.To(p.TTL), AcquireTime: &grantTime},
 	}

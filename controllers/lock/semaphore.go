@@ -100,11 +100,23 @@ func decideSemaphore(s snapshot) action {
 		a.endedUID, a.endedName, a.end = s.ledger.HolderUID, s.ledger.HolderClaim, holderEpochLost
 	}
 	a.capacity = s.ledger.MaxHolders()
-	if len(kept) == 0 || s.ledger.CapacityInvalid {
+	switch head := firstInLine(s.claims, s.ledger); {
+	case s.ledger.CapacityInvalid && len(kept) > 0:
+		// Nothing tells the capacity the live permits were granted under:
+		// record as many as are live, so nothing more is granted until
+		// they end.
+		a.capacity = int32(len(kept))
+	case len(kept) == 0 && head != nil:
+		// No permit is live: the capacity becomes the first waiter's.
+		a.capacity = head.MaxHolders()
+	case s.ledger.CapacityInvalid:
 		a.capacity = 1
-		if head := firstInLine(s.claims, s.ledger); head != nil {
-			a.capacity = head.MaxHolders()
-		}
+	}
+	if n := int32(len(kept)); n > 0 && a.capacity < max(n, 2) {
+		// Live permits under a capacity of 1 (the annotation removed or
+		// edited): a semaphore of as many as are live, so that admission
+		// never reads its permits as a free mutex.
+		a.capacity = max(n, 2)
 	}
 	a.permits = kept
 	var waiters []*fkv1.FencedLease
@@ -135,7 +147,7 @@ func decideSemaphore(s snapshot) action {
 	}
 	a.requeueAfter = wake
 	changed := len(a.grants) > 0 || len(a.permitEnds) > 0 || a.end != holderContinues ||
-		a.capacity != s.ledger.MaxHolders() || s.ledger.CapacityInvalid || s.ledger.PermitsInvalid
+		a.capacity != s.ledger.MaxHolders() || (a.capacity > 1 && a.capacity != s.ledger.Capacity) || s.ledger.CapacityInvalid || s.ledger.PermitsInvalid
 	switch {
 	case len(a.grants) > 0:
 		a.kind = actGrant
@@ -247,7 +259,8 @@ func (r *Reconciler) gatherPermits(ctx context.Context, lock types.NamespacedNam
 			return err
 		}
 		watched := false
-		st.renewSeenAt, watched = mem.observePermit(p.Epoch, permitRenewal(g.permitLeases[p.Epoch], p, st.pod, notReadySince), r.clock.Now())
+		signal, known := permitRenewal(g.permitLeases[p.Epoch], p, st.pod, notReadySince)
+		st.renewSeenAt, watched = mem.observePermit(p.Epoch, signal, known, r.clock.Now())
 		g.permitsWatched = g.permitsWatched && watched
 		g.permits = append(g.permits, st)
 	}
@@ -256,12 +269,17 @@ func (r *Reconciler) gatherPermits(ctx context.Context, lock types.NamespacedNam
 }
 
 // permitRenewal is the renewal signal of a permit: renewalOf its renewal
-// Lease when that is the permit's (nil, or another claim's: no renewal).
-func permitRenewal(lease *coordinationv1.Lease, p fkv1.Permit, pod pods.Liveness, notReadySince string) renewal {
+// Lease, or its pod's liveness. known is false when the permit renews a
+// Lease that is not there (missing, or another claim's) or shows no
+// renewTime: that is no signal at all, and never a renewal.
+func permitRenewal(lease *coordinationv1.Lease, p fkv1.Permit, pod pods.Liveness, notReadySince string) (renewal, bool) {
 	if lease == nil || lease.Annotations[fkv1.AnnotationClaimUID] != string(p.UID) {
-		return renewal{holderUID: p.UID, pod: pod, podNotReadySince: notReadySince}
+		return renewal{holderUID: p.UID, pod: pod, podNotReadySince: notReadySince}, pod != pods.NotAPod
 	}
-	return renewalOf(lease, p.UID, pod, notReadySince)
+	sig := renewalOf(lease, p.UID, pod, notReadySince)
+	// A Lease without renewTime (re-created after it went missing) shows
+	// no renewal either.
+	return sig, pod != pods.NotAPod || sig.renewTime != ""
 }
 
 // indexPermitOf indexes permit renewal Leases by the lock they belong to.

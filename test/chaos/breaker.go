@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"os/exec"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -22,6 +23,10 @@ type Breaker struct {
 	Rng        *rand.Rand
 	// Asked counts break requests the plugin accepted.
 	Asked *atomic.Int64
+	// Permits, for a semaphore lock, lists its live permits' epochs: a
+	// break there must name one (--epoch), picked at random; none live, no
+	// break.
+	Permits func(context.Context) []int64
 }
 
 // Run breaks the lock every 1.5-4.5 s until ctx ends.
@@ -31,8 +36,15 @@ func (b *Breaker) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		err := exec.CommandContext(ctx, b.Plugin, "--kubeconfig", b.Kubeconfig, "-n", b.NS,
-			"break", b.Lock, "--reason", "chaos: forced unlock", "--wait", "0").Run()
+		args := []string{"--kubeconfig", b.Kubeconfig, "-n", b.NS, "break", b.Lock, "--reason", "chaos: forced unlock", "--wait", "0"}
+		if b.Permits != nil {
+			live := b.Permits(ctx)
+			if len(live) == 0 {
+				continue
+			}
+			args = append(args, "--epoch", strconv.FormatInt(live[b.Rng.IntN(len(live))], 10))
+		}
+		err := exec.CommandContext(ctx, b.Plugin, args...).Run()
 		if err == nil {
 			b.Asked.Add(1) // else: free, or the hold ended meanwhile
 		}

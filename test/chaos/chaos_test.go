@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,6 +27,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/internal/manager"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 	"github.com/fencekeeper/fencekeeper/test/envtestutil"
@@ -122,6 +124,33 @@ type Summary struct {
 	InsideWindow  int              `json:"staleAcceptedInsideWindow"`
 	Violations    int              `json:"violations"`
 	Seconds       float64          `json:"seconds"`
+	Semaphore     SemaphoreSummary `json:"semaphore"`
+}
+
+// SemaphoreSummary is what a session reports of its semaphore lock
+// (SemaphoreLock, SemaphoreCapacity permits; its own workers).
+type SemaphoreSummary struct {
+	Lock           string           `json:"lock"`
+	Capacity       int              `json:"capacity"`
+	Workers        int              `json:"workers"`
+	Acquired       int64            `json:"permitsAcquired"`
+	Permits        int              `json:"permitsInHistory"`
+	MaxLive        int              `json:"maxPermitsListed"`
+	MaxHeld        int              `json:"maxClaimsHeld"`
+	Accepted       int64            `json:"writesAccepted"`
+	RefusedStale   int64            `json:"writesRefusedStale"`
+	RefusedOther   int64            `json:"writesRefusedOther"`
+	Conflicts      int64            `json:"writesConflicted"`
+	ReplyLost      int64            `json:"repliesLost"`
+	ByMethod       map[string]int64 `json:"writesByMethod"`
+	InsideWindow   int              `json:"staleAcceptedInsideWindow"`
+	Regranted      int              `json:"permitsRegrantedToAClaimWhosePermitEnded"`
+	Pauses         int64            `json:"holderPauses"`
+	OutOfOrder     int64            `json:"outOfOrderDeliveries"`
+	Forged         int64            `json:"forgedNextEpoch"`
+	MonotonicTried int64            `json:"monotonicAsked"`
+	Breaks         int64            `json:"forcedUnlocks"`
+	BreaksAsked    int64            `json:"forcedUnlocksAsked"`
 }
 
 // TestMain lets the test binary be the command of the process workers.
@@ -170,6 +199,16 @@ func TestChaos(t *testing.T) {
 		}
 		workerCfgs[i] = u.Config()
 	}
+	// The semaphore's holders: one more than it has permits, each a user of
+	// its own (rule 9 binds a permit's epoch to its claim's creator).
+	semCfgs := make([]*rest.Config, SemaphoreCapacity+1)
+	for i := range semCfgs {
+		u, err := env.Env.AddUser(envtest.User{Name: fmt.Sprintf("chaos-semaphore-worker-%d", i), Groups: []string{"system:masters"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		semCfgs[i] = u.Config()
+	}
 
 	plugin, err := envtestutil.BuildBinary("./cmd/kubectl-fence")
 	if err != nil {
@@ -191,7 +230,8 @@ func TestChaos(t *testing.T) {
 	start := time.Now()
 	sum := Summary{FirstSeed: s.seed, ByMethod: map[string]int64{}}
 	var mu sync.Mutex
-	counts := &Counters{}
+	counts, semCounts := &Counters{}, &Counters{}
+	sum.Semaphore = SemaphoreSummary{Lock: SemaphoreLock, Capacity: SemaphoreCapacity, Workers: len(semCfgs), ByMethod: map[string]int64{}}
 	next := 0
 	var wg sync.WaitGroup
 	for p := 0; p < s.parallel; p++ {
@@ -210,10 +250,15 @@ func TestChaos(t *testing.T) {
 					return
 				}
 				seed := s.seed + uint64(i)
-				v, st, err := runOnce(ctx, admin, env.Env.ControlPlane.Etcd.URL.String(), procs, workerCfgs, seed, counts, s.outDir)
+				v, st, sst, err := runOnce(ctx, admin, env.Env.ControlPlane.Etcd.URL.String(), procs, workerCfgs, semCfgs, seed, counts, semCounts, s.outDir)
 				mu.Lock()
 				sum.Runs++
 				sum.InsideWindow += st.InsideWindow
+				sum.Semaphore.Permits += sst.Permits
+				sum.Semaphore.InsideWindow += sst.InsideWindow
+				sum.Semaphore.Regranted += sst.Regranted
+				sum.Semaphore.MaxLive = max(sum.Semaphore.MaxLive, sst.MaxLive)
+				sum.Semaphore.MaxHeld = max(sum.Semaphore.MaxHeld, sst.MaxHeld)
 				sum.ProcessWrites += st.ByWriter["p1"]
 				sum.Violations += len(v)
 				mu.Unlock()
@@ -242,7 +287,12 @@ func TestChaos(t *testing.T) {
 	sum.ProcessRuns = counts.ProcessRuns.Load()
 	for i, m := range Methods {
 		sum.ByMethod[m] = counts.ByMethod[i].Load()
+		sum.Semaphore.ByMethod[m] = semCounts.ByMethod[i].Load()
 	}
+	ss := &sum.Semaphore
+	ss.Acquired, ss.Accepted, ss.RefusedStale, ss.RefusedOther = semCounts.Grants.Load(), semCounts.Accepted.Load(), semCounts.RefusedStale.Load(), semCounts.RefusedOther.Load()
+	ss.Conflicts, ss.ReplyLost, ss.Pauses, ss.OutOfOrder = semCounts.Conflicts.Load(), semCounts.ReplyLost.Load(), semCounts.Pauses.Load(), semCounts.OutOfOrder.Load()
+	ss.Forged, ss.MonotonicTried, ss.Breaks, ss.BreaksAsked = semCounts.Forged.Load(), semCounts.MonotonicTried.Load(), semCounts.Breaks.Load(), semCounts.BreaksAsked.Load()
 	out, _ := json.MarshalIndent(sum, "", "  ")
 	_ = os.WriteFile(filepath.Join(s.outDir, "summary.json"), out, 0o644)
 	t.Logf("chaos summary:\n%s", out)
@@ -258,11 +308,21 @@ func TestChaos(t *testing.T) {
 	if sum.Runs >= 4 && sum.Faults["forced-unlock"] == 0 {
 		t.Errorf("%d runs and no lock was ever broken: the forced-unlock path was not tested: %s", sum.Runs, out)
 	}
+	// The semaphore: its holders must have held permits side by side, and
+	// (in webhook mode: CEL mode refuses every write to a semaphore's
+	// objects) written with them.
+	if ss.Acquired == 0 || (!s.cel && ss.Accepted == 0) {
+		t.Errorf("no permit of the semaphore was held, or no write with one was accepted: the semaphore was not tested: %s", out)
+	}
+	if sum.Runs >= 4 && ss.MaxLive < 2 {
+		t.Errorf("%d runs and the semaphore never listed two permits at once: %s", sum.Runs, out)
+	}
 }
 
 // runOnce is one seeded run in a namespace of its own: three workers on one
-// lock for a few seconds, their histories checked.
-func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, procs processSetup, cfgs []*rest.Config, seed uint64, counts *Counters, outDir string) ([]Violation, Stats, error) {
+// lock, and len(semCfgs) workers on a semaphore lock of SemaphoreCapacity
+// permits, for a few seconds, their histories checked.
+func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, procs processSetup, cfgs, semCfgs []*rest.Config, seed uint64, counts, semCounts *Counters, outDir string) ([]Violation, Stats, SemStats, error) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	// The nemesis may be restarting kube-apiserver or etcd: wait for it.
 	var ns string
@@ -272,27 +332,36 @@ func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, procs 
 			break
 		}
 		if time.Since(start) > time.Minute {
-			return nil, Stats{}, fmt.Errorf("creating the run's namespace: %w", err)
+			return nil, Stats{}, SemStats{}, fmt.Errorf("creating the run's namespace: %w", err)
 		}
 	}
 	lock := "report"
 	ttl := time.Duration(2+rng.IntN(2)) * time.Second
 	duration := time.Duration(6+rng.IntN(4)) * time.Second
-	var rec *Recorder
+	var rec, semRec *Recorder
 	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
-		if rec, err = Record(ctx, etcdURL, envtestutil.Scheme(), ns, lock); err == nil {
-			break
+		if rec == nil {
+			rec, err = Record(ctx, etcdURL, envtestutil.Scheme(), ns, lock)
+		}
+		if rec != nil {
+			if semRec, err = RecordSemaphore(ctx, etcdURL, envtestutil.Scheme(), ns, SemaphoreLock); err == nil {
+				break
+			}
 		}
 		if time.Since(start) > time.Minute {
-			return nil, Stats{}, fmt.Errorf("recording: %w", err)
+			if rec != nil {
+				_, _ = rec.Stop()
+			}
+			return nil, Stats{}, SemStats{}, fmt.Errorf("recording: %w", err)
 		}
 	}
 
 	wctx, cancel := context.WithTimeout(ctx, duration)
 	var wg sync.WaitGroup
 	var bmu sync.Mutex
-	var beliefs []Belief
+	var beliefs, semBeliefs []Belief
 	believe := func(b Belief) { bmu.Lock(); beliefs = append(beliefs, b); bmu.Unlock() }
+	semBelieve := func(b Belief) { bmu.Lock(); semBeliefs = append(semBeliefs, b); bmu.Unlock() }
 	for i, cfg := range cfgs {
 		f := NewFaults(nil, rng.Uint64(), 0.05, 0.1, 300*time.Millisecond)
 		wcfg := rest.CopyConfig(cfg)
@@ -300,7 +369,7 @@ func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, procs 
 		c, err := client.NewWithWatch(wcfg, client.Options{Scheme: lease.Scheme()})
 		if err != nil {
 			cancel()
-			return nil, Stats{}, err
+			return nil, Stats{}, SemStats{}, err
 		}
 		w := &Worker{Name: fmt.Sprintf("w%d", i+1), NS: ns, Lock: lock, TTL: ttl, Client: c,
 			Lease: lease.NewClientFrom(c, ns), Faults: f, Rng: rand.New(rand.NewPCG(rng.Uint64(), 2)), Count: counts, Believe: believe}
@@ -315,23 +384,70 @@ func runOnce(ctx context.Context, admin client.WithWatch, etcdURL string, procs 
 		Rng: rand.New(rand.NewPCG(rng.Uint64(), 5)), Asked: &counts.BreaksAsked}
 	wg.Add(1)
 	go func() { defer wg.Done(); br.Run(wctx) }()
+	// The semaphore's holders: the same faults (pauses, lost replies,
+	// delays, late out-of-order writes, forged tokens, forced unlocks of a
+	// permit) and the nemesis's, from the library with MaxHolders.
+	for i, cfg := range semCfgs {
+		f := NewFaults(nil, rng.Uint64(), 0.05, 0.1, 300*time.Millisecond)
+		wcfg := rest.CopyConfig(cfg)
+		wcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { f.next = rt; return f }
+		c, err := client.NewWithWatch(wcfg, client.Options{Scheme: lease.Scheme()})
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return nil, Stats{}, SemStats{}, err
+		}
+		w := &Worker{Name: fmt.Sprintf("s%d", i+1), NS: ns, Lock: SemaphoreLock, TTL: ttl, Client: c,
+			Lease: lease.NewClientFrom(c, ns), Faults: f, Rng: rand.New(rand.NewPCG(rng.Uint64(), 6)), Count: semCounts, Believe: semBelieve,
+			MaxHolders: SemaphoreCapacity, Objects: ObjectsSemaphore}
+		wg.Add(1)
+		go func() { defer wg.Done(); w.Run(wctx) }()
+	}
+	sbr := &Breaker{NS: ns, Lock: SemaphoreLock, Plugin: procs.plugin, Kubeconfig: procs.kubeconfig,
+		Rng: rand.New(rand.NewPCG(rng.Uint64(), 7)), Asked: &semCounts.BreaksAsked, Permits: livePermits(admin, ns, SemaphoreLock)}
+	wg.Add(1)
+	go func() { defer wg.Done(); sbr.Run(wctx) }()
 	wg.Wait()
 	cancel()
 	time.Sleep(time.Second) // the last states reach the recorder
 	h, rerrs := rec.Stop()
+	sh, serrs := semRec.Stop()
+	rerrs = append(rerrs, serrs...)
 	v, st := Check(h, Window)
+	sv, sst := CheckSemaphore(sh, SemaphoreCapacity, Window)
+	v = append(v, sv...)
 	bmu.Lock()
 	v = append(v, CheckBeliefs(h, beliefs, ttl+Window)...)
+	v = append(v, CheckPermitBeliefs(sh, semBeliefs, ttl+Window)...)
 	counts.Breaks.Add(int64(Broken(h)))
+	semCounts.Breaks.Add(int64(Broken(sh)))
 	bmu.Unlock()
 	if len(v) > 0 {
-		writeTimeline(filepath.Join(outDir, fmt.Sprintf("run-%d.txt", seed)), seed, ttl, h, v)
+		writeTimeline(filepath.Join(outDir, fmt.Sprintf("run-%d.txt", seed)), seed, ttl, append(h, sh...), v)
 	}
 	if len(rerrs) > 0 {
-		return v, st, fmt.Errorf("the history is incomplete: %v", rerrs)
+		return v, st, sst, fmt.Errorf("the history is incomplete: %v", rerrs)
 	}
 	_ = admin.Delete(ctx, namespaceObj(ns))
-	return v, st, nil
+	return v, st, sst, nil
+}
+
+// livePermits reads the epochs of the live permits of a semaphore lock
+// from its Lease (for the breaker: which permit to break).
+func livePermits(c client.Client, ns, lock string) func(context.Context) []int64 {
+	return func(ctx context.Context) []int64 {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var l coordinationv1.Lease
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: lock}, &l); err != nil {
+			return nil
+		}
+		var out []int64
+		for _, p := range fkv1.ReadLedger(&l, lock).Permits {
+			out = append(out, p.Epoch)
+		}
+		return out
+	}
 }
 
 func writeTimeline(path string, seed uint64, ttl time.Duration, h []Event, v []Violation) {

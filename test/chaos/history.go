@@ -51,7 +51,15 @@ type Event struct {
 	// Current: the object's fence policy is current (KindWrite).
 	Current bool
 	// Deleted: the object was deleted (KindWrite); its history restarts.
+	// For a semaphore lock (semaphore.go) also: the Lease was deleted
+	// (KindPermits), the claim was deleted or is being deleted
+	// (KindSemClaim).
 	Deleted bool
+	// Permits are the live permits a semaphore lock's Lease version lists
+	// (KindPermits), in FormatPermits' form; PermitsInvalid: its permit
+	// entries do not parse.
+	Permits        string
+	PermitsInvalid bool
 }
 
 func (e Event) String() string {
@@ -65,6 +73,13 @@ func (e Event) String() string {
 		return fmt.Sprintf("rv=%d lease epoch=%d held=%v holder=%s", e.RV, e.Epoch, e.Held, e.Holder)
 	case KindBroken:
 		return fmt.Sprintf("rv=%d claim %s broken at epoch=%d uid=%s", e.RV, e.Object, e.Epoch, e.Holder)
+	case KindPermits:
+		if e.Deleted {
+			return fmt.Sprintf("rv=%d lease %s deleted", e.RV, e.Object)
+		}
+		return fmt.Sprintf("rv=%d lease %s epoch=%d permits=[%s] invalid=%v", e.RV, e.Object, e.Epoch, e.Permits, e.PermitsInvalid)
+	case KindSemClaim:
+		return fmt.Sprintf("rv=%d claim %s (%s) held=%v epoch=%d uid=%s deleted=%v", e.RV, e.Object, e.Who, e.Held, e.Epoch, e.Holder, e.Deleted)
 	default:
 		return fmt.Sprintf("rv=%d claim %s Held epoch=%d uid=%s", e.RV, e.Object, e.Epoch, e.Holder)
 	}

@@ -43,6 +43,24 @@ var (
 // Record starts watching lock's history in ns, from the current revision,
 // on the etcd at endpoint.
 func Record(ctx context.Context, endpoint string, scheme *runtime.Scheme, ns, lock string) (*Recorder, error) {
+	return record(ctx, endpoint, scheme, ns, func(obj runtime.Object, deleted bool) []Event {
+		if e, keep := convert(obj, lock, deleted); keep {
+			return []Event{e}
+		}
+		return nil
+	})
+}
+
+// RecordSemaphore starts watching a semaphore lock's history in ns
+// (convertSemaphore: every Lease version with its permits, every claim
+// version), as Record.
+func RecordSemaphore(ctx context.Context, endpoint string, scheme *runtime.Scheme, ns, lock string) (*Recorder, error) {
+	return record(ctx, endpoint, scheme, ns, func(obj runtime.Object, deleted bool) []Event {
+		return convertSemaphore(obj, lock, deleted)
+	})
+}
+
+func record(ctx context.Context, endpoint string, scheme *runtime.Scheme, ns string, conv func(runtime.Object, bool) []Event) (*Recorder, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
@@ -86,14 +104,13 @@ func Record(ctx context.Context, endpoint string, scheme *runtime.Scheme, ns, lo
 						r.fail(fmt.Errorf("decoding %s: %w", ev.Kv.Key, err))
 						continue
 					}
-					e, keep := convert(obj, lock, deleted)
-					if !keep {
-						continue
+					at := time.Now()
+					for _, e := range conv(obj, deleted) {
+						e.RV, e.At = ev.Kv.ModRevision, at
+						r.mu.Lock()
+						r.events = append(r.events, e)
+						r.mu.Unlock()
 					}
-					e.RV, e.At = ev.Kv.ModRevision, time.Now()
-					r.mu.Lock()
-					r.events = append(r.events, e)
-					r.mu.Unlock()
 				}
 			}
 		}()

@@ -38,6 +38,9 @@ type Counters struct {
 	// BreaksAsked the break requests the plugin accepted.
 	Breaks, BreaksAsked atomic.Int64
 	ByMethod            [5]atomic.Int64
+	// MonotonicTried counts a semaphore worker's writes that asked for
+	// policy monotonic (every one must be refused).
+	MonotonicTried atomic.Int64
 }
 
 // Worker is one holder: it acquires the lock with the library, writes the
@@ -57,6 +60,13 @@ type Worker struct {
 	Count  *Counters
 	// Believe records what the holder's library says before each write.
 	Believe func(Belief)
+	// MaxHolders above 1 makes the worker a holder of one permit of a
+	// semaphore lock (lease.Options.MaxHolders). It then writes Objects
+	// (policy current, the only one a semaphore's objects may have), its
+	// forged epochs too, and now and then asks for policy monotonic, which
+	// must be refused.
+	MaxHolders int32
+	Objects    []string
 
 	stale  map[string]*corev1.ConfigMap // an old copy per object, for merge-from-stale
 	queued []func(context.Context)
@@ -68,7 +78,7 @@ func (w *Worker) Run(ctx context.Context) {
 	w.stale = map[string]*corev1.ConfigMap{}
 	for ctx.Err() == nil {
 		actx, cancel := context.WithTimeout(ctx, 3*w.TTL)
-		l, err := w.Lease.Acquire(actx, w.Lock, w.Name, lease.Options{TTL: w.TTL, RequestTimeout: w.TTL / 3})
+		l, err := w.Lease.Acquire(actx, w.Lock, w.Name, lease.Options{TTL: w.TTL, RequestTimeout: w.TTL / 3, MaxHolders: w.MaxHolders})
 		cancel()
 		if err != nil {
 			sleep(ctx, 50*time.Millisecond)
@@ -93,9 +103,11 @@ func (w *Worker) Run(ctx context.Context) {
 				// A buggy client guessing the next token: refused unless it
 				// was issued, and then only to its holder's identity. Half
 				// go to the monotonic object, where only rule 3 refuses them.
+				// (On a semaphore the next epoch is often another holder's
+				// live permit: only rule 9 refuses it.)
 				epoch++
 				w.Count.Forged.Add(1)
-				if w.Rng.IntN(2) == 0 {
+				if w.Objects == nil && w.Rng.IntN(2) == 0 {
 					obj = ObjectMonotonic
 				}
 			}
@@ -116,6 +128,9 @@ func (w *Worker) Run(ctx context.Context) {
 }
 
 func (w *Worker) object() string {
+	if w.Objects != nil {
+		return w.Objects[w.Rng.IntN(len(w.Objects))]
+	}
 	if i := w.Rng.IntN(len(ObjectsCurrent) + 1); i < len(ObjectsCurrent) {
 		return ObjectsCurrent[i]
 	}
@@ -153,13 +168,17 @@ func (w *Worker) write(ctx context.Context, epoch int64, obj string, method int)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	key := client.ObjectKey{Namespace: w.NS, Name: obj}
+	// A semaphore's holder now and then asks for policy monotonic (on a
+	// create, an update or a merge patch): refused (InvalidFencePolicy).
+	monotonic := w.Objects != nil && w.Rng.IntN(20) == 0
 	var cur corev1.ConfigMap
 	err := w.Client.Get(ctx, key, &cur)
 	switch {
 	case apierrors.IsNotFound(err):
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: w.NS, Name: obj}, Data: w.data(epoch)}
-		if obj == ObjectMonotonic {
+		if obj == ObjectMonotonic || monotonic {
 			cm.Annotations = map[string]string{fkv1.AnnotationFencePolicy: fkv1.FencePolicyMonotonic}
+			w.countMonotonic(monotonic)
 		}
 		lease.Stamp(cm, w.Lock, epoch)
 		w.outcome(w.Client.Create(ctx, cm))
@@ -177,6 +196,10 @@ func (w *Worker) write(ctx context.Context, epoch int64, obj string, method int)
 	case "update":
 		cur.Data = w.data(epoch)
 		lease.Stamp(&cur, w.Lock, epoch)
+		if monotonic {
+			cur.Annotations[fkv1.AnnotationFencePolicy] = fkv1.FencePolicyMonotonic
+			w.countMonotonic(true)
+		}
 		err = w.Client.Update(ctx, &cur)
 	case "json-patch":
 		b, _ := json.Marshal([]map[string]any{
@@ -185,7 +208,12 @@ func (w *Worker) write(ctx context.Context, epoch int64, obj string, method int)
 		})
 		err = w.Client.Patch(ctx, &cur, client.RawPatch("application/json-patch+json", b))
 	case "merge-patch":
-		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{fkv1.AnnotationEpoch: ep}}, "data": w.data(epoch)})
+		ann := map[string]string{fkv1.AnnotationEpoch: ep}
+		if monotonic {
+			ann[fkv1.AnnotationFencePolicy] = fkv1.FencePolicyMonotonic
+			w.countMonotonic(true)
+		}
+		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}, "data": w.data(epoch)})
 		err = w.Client.Patch(ctx, &cur, client.RawPatch("application/merge-patch+json", b))
 	case "merge-from-stale":
 		base := w.stale[obj].DeepCopy()
@@ -202,6 +230,12 @@ func (w *Worker) write(ctx context.Context, epoch int64, obj string, method int)
 		err = w.Client.Patch(ctx, u, client.Apply, client.FieldOwner(w.Name), client.ForceOwnership) //nolint:staticcheck // the apply patch type is what kubectl apply --server-side sends
 	}
 	w.outcome(err)
+}
+
+func (w *Worker) countMonotonic(tried bool) {
+	if tried {
+		w.Count.MonotonicTried.Add(1)
+	}
 }
 
 func (w *Worker) outcome(err error) {

@@ -81,7 +81,9 @@ type PermitState struct {
 // semaphore's state names no holder, only its live permits.
 func StateOf(namespace, name string, l fkv1.Ledger) LockState {
 	s := LockState{Namespace: namespace, Name: name}
-	if !l.Exists || !l.EpochValid || l.Epoch < 1 || l.CapacityInvalid || l.PermitsInvalid {
+	if !l.Exists || !l.EpochValid || l.Epoch < 1 || l.CapacityInvalid || l.PermitsInvalid || (len(l.Permits) > 0 && !l.IsSemaphore()) {
+		// Permits without a capacity above 1 are damaged too: read as a
+		// free mutex they would let monotonic objects take ended epochs.
 		return s
 	}
 	s.Exists, s.Issued = true, l.Epoch

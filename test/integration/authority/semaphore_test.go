@@ -105,8 +105,8 @@ var _ = Describe("Semaphore locks", func() {
 		for _, c := range claims[:3] {
 			epochs = append(epochs, eventuallyPhase(ns, c.Name, fkv1.PhaseHeld).Status.Epoch)
 		}
-		Expect(epochs[1]).To(Equal(epochs[0]+1))
-		Expect(epochs[2]).To(Equal(epochs[1]+1))
+		Expect(epochs[1]).To(Equal(epochs[0] + 1))
+		Expect(epochs[2]).To(Equal(epochs[1] + 1))
 		Consistently(func() fkv1.FencedLeasePhase { return getClaim(ns, "w4").Status.Phase }, 2*time.Second, 100*time.Millisecond).
 			Should(Equal(fkv1.PhasePending), "a fourth holder on a lock of three permits")
 

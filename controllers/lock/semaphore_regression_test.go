@@ -1,7 +1,7 @@
 package lock
 
-// Review findings (semaphore locks): tests that fail on the code as
-// reviewed. See the review report.
+// Semaphore regressions: interleavings an adversarial review found, each
+// a test that failed before its fix.
 
 import (
 	"testing"
@@ -16,13 +16,13 @@ import (
 	"github.com/fencekeeper/fencekeeper/controllers/internal/pods"
 )
 
-// FINDING 2. act publishes View{Permits: ...} for a semaphore (HeldEpoch
+// act publishes View{Permits: ...} for a semaphore (HeldEpoch
 // 0), but memory.view returns no view whose HeldEpoch is 0 (and
 // publishView stores none for a lock without memory), so FreshPermits is
 // never fresh: the webhook reads every semaphore admission live, and
 // FreshView for such a lock returns floor 0, which is what lets the
-// webhook trust a cached free mutex Lease (finding 1).
-func TestFindingSemaphoreViewIsNeverVouched(t *testing.T) {
+// webhook trust a cached free mutex Lease.
+func TestRegressionSemaphoreViewIsNeverVouched(t *testing.T) {
 	fc := &fakeClock{now: t0}
 	r := NewReconciler(nil, nil, nil, Options{Clock: fc})
 	r.term.caughtUp.Store(true)
@@ -34,7 +34,7 @@ func TestFindingSemaphoreViewIsNeverVouched(t *testing.T) {
 	}
 }
 
-// FINDING 4. A permit's renewal Lease that goes missing (deleted by an
+// A permit's renewal Lease that goes missing (deleted by an
 // admin with the guard off, or missing from the cache for a moment) turns
 // the permit's renewal signal from the last renewTime into "no renewTime",
 // and renews() counts any change as a renewal: the permit gets a fresh TTL
@@ -42,7 +42,7 @@ func TestFindingSemaphoreViewIsNeverVouched(t *testing.T) {
 // re-creates the Lease without renewTime, which is no further change, so
 // the permit outlives its TTL by up to a full TTL per disappearance.
 // (syncPermitLeases says the re-creation is meant to be "no renewal".)
-func TestFindingMissingPermitLeaseCountsAsRenewal(t *testing.T) {
+func TestRegressionMissingPermitLeaseCountsAsRenewal(t *testing.T) {
 	a1 := semClaim("a1", 1, fkv1.PhaseHeld, 41, 3)
 	l := semLedger(41, 3, "a1", 41)
 	p := l.Permits[0]
@@ -56,13 +56,16 @@ func TestFindingMissingPermitLeaseCountsAsRenewal(t *testing.T) {
 	mem.grantedPermit(41, renewal{holderUID: p.UID, pod: pods.NotAPod, renewTime: grant.UTC().Format(time.RFC3339Nano)}, t0)
 	// t0+1s: the permit Lease as created, renewed at the grant; the holder
 	// then pauses and never renews again.
-	mem.observePermit(41, permitRenewal(permitLease, p, pods.NotAPod, ""), t0.Add(time.Second))
+	sig, known := permitRenewal(permitLease, p, pods.NotAPod, "")
+	mem.observePermit(41, sig, known, t0.Add(time.Second))
 	// t0+25s: the permit Lease is gone (an admin deleted it); the manager
 	// re-creates it with no renewTime.
-	mem.observePermit(41, permitRenewal(nil, p, pods.NotAPod, ""), t0.Add(25*time.Second))
+	sig, known = permitRenewal(nil, p, pods.NotAPod, "")
+	mem.observePermit(41, sig, known, t0.Add(25*time.Second))
 	recreated := permitLease.DeepCopy()
 	recreated.Spec.RenewTime = nil
-	seen, _ := mem.observePermit(41, permitRenewal(recreated, p, pods.NotAPod, ""), t0.Add(31*time.Second))
+	sig, known = permitRenewal(recreated, p, pods.NotAPod, "")
+	seen, _ := mem.observePermit(41, sig, known, t0.Add(31*time.Second))
 
 	// t0+31s: one TTL (30 s) after the last renewal (the grant), the permit
 	// must have ended.
@@ -75,13 +78,13 @@ func TestFindingMissingPermitLeaseCountsAsRenewal(t *testing.T) {
 	}
 }
 
-// FINDING 5 (needs the Lease guard off, or an admin): the lock's capacity
+// the lock's capacity
 // annotation made unreadable while 3 permits of a semaphore of 3 are live.
 // decideSemaphore then takes the first waiter's capacity (5) although
 // permits are live, and grants 2 more permits: 5 live permits whose first
 // three holders were granted a semaphore of 3 (docs/design.md §9: the
 // capacity is recorded while the lock has no holder).
-func TestFindingUnreadableCapacityGrantsBeyondLivePermitsCapacity(t *testing.T) {
+func TestRegressionUnreadableCapacityGrantsBeyondLivePermitsCapacity(t *testing.T) {
 	a1 := semClaim("a1", 1, fkv1.PhaseHeld, 41, 3)
 	a2 := semClaim("a2", 2, fkv1.PhaseHeld, 42, 3)
 	a3 := semClaim("a3", 3, fkv1.PhaseHeld, 43, 3)
