@@ -33,6 +33,9 @@ func summarizeQueue(m *lockMemory, g gathered, a action) {
 // holdStart is when the hold the action leaves began: now for a grant, the
 // Lease's acquireTime (or the claim's) for a kept holder, zero when free.
 func holdStart(g gathered, a action) time.Time {
+	if a.semaphore {
+		return oldestPermit(g, a)
+	}
 	switch {
 	case a.holder == nil:
 		return time.Time{}
@@ -44,6 +47,23 @@ func holdStart(g gathered, a action) time.Time {
 		return a.holder.Status.AcquireTime.Time
 	}
 	return g.now
+}
+
+// oldestPermit is when the oldest permit the action leaves live began: its
+// claim's acquireTime, now for a permit granted now or whose claim records
+// none; zero when no permit is live.
+func oldestPermit(g gathered, a action) time.Time {
+	var oldest time.Time
+	for _, p := range a.permits {
+		since := g.now
+		if c := findClaim(g.claims, p.UID); c != nil && c.Status.AcquireTime != nil && c.Status.Epoch == p.Epoch {
+			since = c.Status.AcquireTime.Time
+		}
+		if oldest.IsZero() || since.Before(oldest) {
+			oldest = since
+		}
+	}
+	return oldest
 }
 
 var (

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -237,5 +238,21 @@ func TestSemaphoreTryOnceGrantedNotTimedOut(t *testing.T) {
 	}
 	if len(a.timedOut) != 0 {
 		t.Fatalf("granted and timed out in one write: %v", a.timedOut)
+	}
+}
+
+// The longest-hold gauge counts a semaphore's oldest live permit.
+func TestSemaphoreHeldSince(t *testing.T) {
+	a1 := semClaim("a1", 1, fkv1.PhaseHeld, 41, 3)
+	a1.Status.AcquireTime = &metav1.Time{Time: t0.Add(-time.Minute)}
+	s := semSnapshot(semLedger(41, 3, "a1", 41), t0.Add(time.Second), a1, semClaim("a2", 2, "", 0, 3))
+	a := decide(s)
+	var m lockMemory
+	summarizeQueue(&m, gathered{snapshot: s}, a)
+	if !m.heldSince.Equal(t0.Add(-time.Minute)) {
+		t.Fatalf("heldSince %v; want the oldest permit's grant %v", m.heldSince, t0.Add(-time.Minute))
+	}
+	if m.waiting != 0 {
+		t.Fatalf("waiting %d after a2 was granted", m.waiting)
 	}
 }
