@@ -43,7 +43,7 @@ type goal struct {
 // graceful handoff: what each side waits on.
 const gracefulWaits = " (fenced waits on the release, then its grant seen; client-go on its 2 s RetryPeriod try)"
 
-var goals = []goal{
+var goals = append([]goal{
 	{figure: "floor_ms", value: latOf(floorMS), num: p50(floorMS), den: p50(floorMS),
 		target: "(the unit: every floor round trip of the run; each phase is judged against its own, floor_by_phase_ms)"},
 	// Grants are judged on the clock holders go by: a claim on a free lock
@@ -150,7 +150,7 @@ var goals = []goal{
 		},
 		num: func(r report) float64 { return r.RSSMiB50k }, den: constant(600), cmp: atMost, limit: 1, target: "<= %g MiB, all correct",
 		skipped: func(r report) bool { return r.RSSMiB50k == 0 }},
-}
+}, semaphoreGoals()...)
 
 // notMeasured are the design's goals this harness does not measure yet;
 // the printed report lists them under the table.
@@ -351,3 +351,76 @@ func grantExistingLeaseMS(r report) latency {
 	return r.GrantExistingLeaseSeenMS
 }
 func takeoverMS(r report) latency { return r.TakeoverOvershootMS }
+
+// semaphoreGoals are the semaphore step's rows (semaphore.go): reported
+// only, since DESIGN §7 sets no goal for a semaphore. Each semaphore
+// figure over its phase's floor and over the mutex measured beside it in
+// the same phase, p50 and tail; the mutex's own over the floor.
+func semaphoreGoals() []goal {
+	grant := func(k string) func(report) latency { return func(r report) latency { return r.SemaphoreGrantMS[k] } }
+	handoff := func(k string) func(report) latency { return func(r report) latency { return r.SemaphoreHandoffMS[k] } }
+	admission := func(k string) func(report) latency {
+		return func(r report) latency { return r.SemaphoreAdmissionMS[k] }
+	}
+	var out []goal
+	for k := 0; k < semaphoreMax; k++ {
+		key := fmt.Sprintf("permits_held_%d", k)
+		out = append(out, semaphoreRows(fmt.Sprintf("semaphore_grant_ms %s", key), "semaphore_grant_"+key, "semaphore_grant",
+			fmt.Sprintf("claim created on an existing %d-permit lock with %d held -> Held", semaphoreMax, k), grant(key), grant("mutex"), nil)...)
+	}
+	out = append(out, mutexRows("semaphore_grant_ms mutex", "semaphore_grant_mutex", "semaphore_grant",
+		"claim created on an existing free mutex lock -> Held, beside the semaphore's", grant("mutex"))...)
+	out = append(out, semaphoreRows("semaphore_handoff_ms", "semaphore_handoff", "semaphore_handoff",
+		fmt.Sprintf("one of %d holders deletes its claim -> the 1 waiter Held", semaphoreMax), handoff("semaphore"), handoff("mutex"), nil)...)
+	out = append(out, mutexRows("semaphore_handoff_ms mutex", "semaphore_handoff_mutex", "semaphore_handoff",
+		"the holder deletes its claim -> the 1 waiter Held, beside the semaphore's", handoff("mutex"))...)
+	withUnguarded := func(r report) string {
+		return latText(r.SemaphoreAdmissionMS["semaphore"]) + "; mutex " + latText(r.SemaphoreAdmissionMS["mutex"]) +
+			"; unguarded " + latText(r.SemaphoreAdmissionMS["unguarded"])
+	}
+	out = append(out, semaphoreRows("semaphore_admission_ms", "semaphore_admission", "semaphore_admission",
+		"fenced ConfigMap update presenting a live permit's epoch, webhook mode", admission("semaphore"), admission("mutex"), withUnguarded)...)
+	out = append(out, mutexRows("semaphore_admission_ms mutex", "semaphore_admission_mutex", "semaphore_admission",
+		"the same on a mutex lock's object, its holder's epoch, interleaved", admission("mutex"))...)
+	return out
+}
+
+// semaphoreRows: a semaphore figure's p50 and tail over its phase's floor
+// and over the mutex's (beside: the value printed on the mutex rows; nil,
+// the two latencies).
+func semaphoreRows(figure, key, phase, what string, sem, mutex func(report) latency, beside func(report) string) []goal {
+	if beside == nil {
+		beside = func(r report) string { return latText(sem(r)) + "; mutex " + latText(mutex(r)) }
+	}
+	rows := mutexRows(figure, key, phase, what, sem)
+	return append(rows,
+		p50Goal(goal{figure: figure + " p50 / mutex", key: key + "_p50_over_mutex_p50", value: unmeasured(sem, beside),
+			target: "(reported: " + what + "; over the mutex's p50, same phase)", skipped: notRun(sem)}, sem, mutex),
+		tailGoal(goal{figure: figure + " p99 / mutex", key: key + "_p99_over_mutex_p99", value: unmeasured(sem, beside),
+			target: "(reported: " + what + "; over the mutex's p99, same phase)", skipped: notRun(sem)}, sem, mutex))
+}
+
+// mutexRows: a figure's p50 and tail over its phase's floor.
+func mutexRows(figure, key, phase, what string, l func(report) latency) []goal {
+	return []goal{
+		p50Goal(goal{figure: figure + " p50 / floor", key: key + "_p50_over_floor_p50", value: unmeasured(l, vsFloor(l, phase)),
+			target: "(reported: " + what + "; over its phase's floor p50)", skipped: notRun(l)}, l, phaseFloor(phase)),
+		tailGoal(goal{figure: figure + " p99 / floor", key: key + "_p99_over_floor_p99", value: unmeasured(l, vsFloor(l, phase)),
+			target: "(reported: " + what + "; over its phase's floor p99)", skipped: notRun(l)}, l, phaseFloor(phase)),
+	}
+}
+
+// notRun: the figure has no samples (its step did not run).
+func notRun(l func(report) latency) func(report) bool {
+	return func(r report) bool { return l(r).N == 0 }
+}
+
+// unmeasured prints value, or that the step did not run.
+func unmeasured(l func(report) latency, value func(report) string) func(report) string {
+	return func(r report) string {
+		if l(r).N == 0 {
+			return "not measured (the semaphore step did not run)"
+		}
+		return value(r)
+	}
+}

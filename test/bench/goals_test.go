@@ -26,7 +26,8 @@ func okReport() report {
 	return report{
 		FloorMS: l(2, 10),
 		FloorByPhaseMS: map[string]latency{"floor": l(2, 10), "grant_new": l(2, 10), "grant_existing": l(2, 10),
-			"handoff_waiters_1": l(2, 10), "handoff_waiters_10": l(2, 10), "handoff_waiters_1000": l(2, 10)},
+			"handoff_waiters_1": l(2, 10), "handoff_waiters_10": l(2, 10), "handoff_waiters_1000": l(2, 10),
+			"semaphore_grant": l(2, 10), "semaphore_handoff": l(2, 10), "semaphore_admission": l(2, 10)},
 		GrantMS: l(4, 20), GrantNewMS: l(4, 20), GrantExistingMS: l(3, 20), GrantExistingLeaseSeenMS: l(7, 40),
 		HandoffMS:           map[string]latency{"waiters_1": l(5, 30), "waiters_10": l(5, 35), "waiters_1000": l(5, 35)},
 		TakeoverOvershootMS: l(50, 100), ClientgoTakeoverOvershootMS: latency{P50: -100, Min: -800, Max: 150, N: 20}, ClientgoTakeoverBeforeTTLShare: 0.35,
@@ -40,8 +41,13 @@ func okReport() report {
 		UnguardedUpdateCELByBindings: map[string]latency{"bindings_10": l(4, 10), "bindings_1000": l(4, 10), "bindings_5000": l(4, 10)},
 		CELByBindings:                []celPoint{{Bindings: 10, GuardedMS: l(5, 13), UnguardedMS: l(4, 10), GuardedOverUnguarded: 1.3}},
 		RSSMiB10k:                    150, RSSMiB50k: 600, ScaleCurve: []scalePoint{{Claims: 50000, Locks: 25000, RSSMiB: 600, Correct: true}}, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
-		Ratios:           map[string]float64{},
-		GrantLeaseSeenMS: l(10, 60), HandoffLeaseSeenMS: map[string]latency{"waiters_1": l(3, 20), "waiters_1000": l(3, 20)},
+		SemaphoreGrantMS:            map[string]latency{"permits_held_0": l(8, 30), "permits_held_1": l(8, 30), "permits_held_2": l(9, 40), "mutex": l(6, 20)},
+		SemaphoreGrantLeaseSeenMS:   map[string]latency{"permits_held_0": l(6, 25), "permits_held_1": l(6, 25), "permits_held_2": l(6, 25), "mutex": l(5, 15)},
+		SemaphoreHandoffMS:          map[string]latency{"semaphore": l(10, 30), "mutex": l(5, 20)},
+		SemaphoreHandoffLeaseSeenMS: map[string]latency{"semaphore": l(8, 25), "mutex": l(4, 15)},
+		SemaphoreAdmissionMS:        map[string]latency{"semaphore": l(5, 15), "mutex": l(5, 12), "unguarded": l(4, 10)},
+		Ratios:                      map[string]float64{},
+		GrantLeaseSeenMS:            l(10, 60), HandoffLeaseSeenMS: map[string]latency{"waiters_1": l(3, 20), "waiters_1000": l(3, 20)},
 		RequestCostMS: map[string]map[string]float64{
 			"floor":             {"PUT leases": 2},
 			"grant_new":         {"POST fencedleases": 4, "POST leases": 3, "PUT leases": 2, "PATCH fencedleases/status": 5, "POST events": 3},
@@ -123,7 +129,9 @@ func TestReportJSONKeys(t *testing.T) {
 		"current_staleness_window_ms", "election_takeover_overshoot_ms", "etcd_mutex_handoff_ms", "floor_by_phase_ms", "floor_ms", "floor_throughput_breakdown", "floor_updates_per_s",
 		"graceful_handoff_ms", "grant_existing_lease_seen_ms", "grant_existing_ms", "grant_lease_seen_ms", "grant_ms", "grant_new_ms", "grants_per_s",
 		"guarded_update_cel_by_bindings_ms", "guarded_update_cel_ms", "guarded_update_ms", "handoff_lease_seen_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "request_cost_ms", "rss_mib_10k", "rss_mib_50k", "scale_all_grants_correct",
-		"scale_claims", "scale_curve", "scale_locks", "stale_refused_after_release_ms", "takeover_overshoot_ms", "throughput_breakdown", "unguarded_update_cel_by_bindings_ms", "unguarded_update_cel_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
+		"scale_claims", "scale_curve", "scale_locks",
+		"semaphore_admission_ms", "semaphore_grant_lease_seen_ms", "semaphore_grant_ms", "semaphore_handoff_lease_seen_ms", "semaphore_handoff_ms",
+		"stale_refused_after_release_ms", "takeover_overshoot_ms", "throughput_breakdown", "unguarded_update_cel_by_bindings_ms", "unguarded_update_cel_ms", "unguarded_update_ms", "webhook_handler_mean_ms",
 		"writes_per_grant", "writes_per_grant_existing", "writes_per_grant_new", "writes_per_handoff"}
 	if !slices.Equal(top, wantTop) {
 		t.Errorf("top-level keys\n got %v\nwant %v", top, wantTop)
@@ -383,5 +391,63 @@ func TestClientgoTakeoverReference(t *testing.T) {
 	}
 	if _, judged := g.met(okReport()); judged || g.num != nil {
 		t.Errorf("client-go's takeover is judged or has a ratio")
+	}
+}
+
+// The semaphore step's rows are reported, never judged: each semaphore
+// figure over its phase's floor and over the mutex beside it (p50 and
+// tail), the mutex's over the floor; with the step not run they say so.
+func TestSemaphoreRows(t *testing.T) {
+	r := okReport()
+	ratios(&r)
+	for key, want := range map[string]float64{
+		"semaphore_grant_permits_held_2_p50_over_floor_p50": 4.5, "semaphore_grant_permits_held_2_p99_over_floor_p99": 4,
+		"semaphore_grant_permits_held_2_p50_over_mutex_p50": 1.5, "semaphore_grant_permits_held_2_p99_over_mutex_p99": 2,
+		"semaphore_grant_permits_held_0_p50_over_mutex_p50": 1.33, "semaphore_grant_mutex_p99_over_floor_p99": 2,
+		"semaphore_handoff_p50_over_floor_p50": 5, "semaphore_handoff_p99_over_mutex_p99": 1.5, "semaphore_handoff_mutex_p50_over_floor_p50": 2.5,
+		"semaphore_admission_p99_over_mutex_p99": 1.25, "semaphore_admission_p99_over_floor_p99": 1.5, "semaphore_admission_mutex_p99_over_floor_p99": 1.2,
+	} {
+		if got, ok := r.Ratios[key]; !ok || got != want {
+			t.Errorf("ratio %s = %v (present %v), want %v", key, got, ok, want)
+		}
+	}
+	n := 0
+	for _, g := range goals {
+		if !strings.HasPrefix(g.figure, "semaphore_") {
+			continue
+		}
+		n++
+		if g.cmp != reported || g.key == "" || !strings.HasPrefix(g.key, "semaphore_") {
+			t.Errorf("%s: want a reported-only row with a semaphore_ key, got cmp %v key %q", g.figure, g.cmp, g.key)
+		}
+	}
+	// 3 grant figures and the handoff and admission ones x 4 rows, and
+	// their 3 mutexes x 2.
+	if n != 5*4+3*2 {
+		t.Errorf("%d semaphore rows, want %d", n, 5*4+3*2)
+	}
+	var b bytes.Buffer
+	printTable(&b, r)
+	if !strings.Contains(b.String(), "| semaphore_admission_ms p99 / mutex | p50 5.00 / p99 15.00 (n=200); mutex p50 5.00 / p99 12.00 (n=200); unguarded p50 4.00 / p99 10.00 (n=200) |") {
+		t.Errorf("the admission row does not show the mutex and the unguarded update beside it:\n%s", b.String())
+	}
+	// Fewer than 200 samples: the tail is the max, and the row says so.
+	r.SemaphoreHandoffMS["semaphore"] = latency{P50: 10, Max: 60, N: 50}
+	if g := goalByFigure(t, "semaphore_handoff_ms p99 / floor"); g.ratio(r) != 6 || !strings.Contains(g.goalText(r), "on the max") {
+		t.Errorf("on 50 samples: ratio %v, %q", g.ratio(r), g.goalText(r))
+	}
+	// The step not run (BENCH_ONLY without it): not measured, no max.
+	r.SemaphoreGrantMS, r.SemaphoreHandoffMS, r.SemaphoreAdmissionMS = map[string]latency{}, map[string]latency{}, map[string]latency{}
+	for _, g := range goals {
+		if !strings.HasPrefix(g.figure, "semaphore_") {
+			continue
+		}
+		if _, judged := g.met(r); judged || strings.Contains(g.goalText(r), "max") || !strings.HasPrefix(g.value(r), "not measured") {
+			t.Errorf("%s unmeasured: judged=%v, %q, %q", g.figure, judged, g.goalText(r), g.value(r))
+		}
+	}
+	ratios(&r)
+	if _, err := json.Marshal(r); err != nil {
+		t.Errorf("a report without the semaphore step cannot be written: %v", err)
 	}
 }

@@ -5,8 +5,8 @@
 //
 // main.go runs the steps in order; each measurement lives in the file named
 // after it (floor, grant, handoff, writes, takeover, graceful, throughput and
-// chainfloor, admission, celmode, staleness, scale), the goals in goals.go
-// and the output in report.go.
+// chainfloor, admission, semaphore, celmode, staleness, scale), the goals in
+// goals.go and the output in report.go.
 package main
 
 import (
@@ -92,7 +92,9 @@ func run(quick bool, p params, only steps) error {
 	}
 	r := report{Quick: quick, Only: only.names(), HandoffMS: map[string]latency{}, Ratios: map[string]float64{}, RequestCostMS: map[string]map[string]float64{},
 		HandoffLeaseSeenMS: map[string]latency{}, FloorByPhaseMS: map[string]latency{},
-		GuardedUpdateCELByBindings: map[string]latency{}, UnguardedUpdateCELByBindings: map[string]latency{}}
+		GuardedUpdateCELByBindings: map[string]latency{}, UnguardedUpdateCELByBindings: map[string]latency{},
+		SemaphoreGrantMS: map[string]latency{}, SemaphoreGrantLeaseSeenMS: map[string]latency{}, SemaphoreHandoffMS: map[string]latency{},
+		SemaphoreHandoffLeaseSeenMS: map[string]latency{}, SemaphoreAdmissionMS: map[string]latency{}}
 
 	done = step("warm-up")
 	if _, err := measureGrant(ctx, c, cl, 5, false); err != nil {
@@ -226,6 +228,26 @@ func run(quick bool, p params, only steps) error {
 			return err
 		}
 		r.WebhookHandlerMeanMS = round2(handlerMS)
+		done()
+	}
+
+	if only.want("semaphore") {
+		// Reported figures (DESIGN §7 sets no goal): a 3-permit lock beside
+		// a mutex, each phase interleaving the two against its own floor.
+		done = step(fmt.Sprintf("semaphore: grants on existing locks, %d permits and a mutex (0..%d permits held; jittered, a floor round trip between grants)", semaphoreMax, semaphoreMax-1))
+		if r.SemaphoreGrantMS, r.SemaphoreGrantLeaseSeenMS, r.FloorByPhaseMS["semaphore_grant"], err = measureSemaphoreGrant(ctx, c, p.grantN); err != nil {
+			return err
+		}
+		done()
+		done = step(fmt.Sprintf("semaphore: handoff, %d holders and 1 waiter, beside a mutex's 1 and 1 (jittered)", semaphoreMax))
+		if r.SemaphoreHandoffMS, r.SemaphoreHandoffLeaseSeenMS, r.FloorByPhaseMS["semaphore_handoff"], err = measureSemaphoreHandoff(ctx, c, p.handoffRounds); err != nil {
+			return err
+		}
+		done()
+		done = step("semaphore: admission cost, a live permit's epoch vs a mutex holder's (webhook mode)")
+		if r.SemaphoreAdmissionMS, r.FloorByPhaseMS["semaphore_admission"], err = measureSemaphoreAdmission(ctx, c, p.guardedN); err != nil {
+			return err
+		}
 		done()
 	}
 

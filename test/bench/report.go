@@ -88,7 +88,24 @@ type report struct {
 	// GrantExistingLeaseSeenMS: the same for grants on existing locks.
 	GrantExistingLeaseSeenMS latency            `json:"grant_existing_lease_seen_ms"`
 	HandoffLeaseSeenMS       map[string]latency `json:"handoff_lease_seen_ms"`
-	Ratios                   map[string]float64 `json:"ratios"`
+	// The semaphore step (semaphore.go; reported only, DESIGN §7 sets no
+	// goal): a 3-permit lock beside a mutex, each phase against its floor
+	// (floor_by_phase_ms semaphore_grant, semaphore_handoff,
+	// semaphore_admission). SemaphoreGrantMS: a claim created on an
+	// existing lock -> seen Held, keyed permits_held_0..2 (permits other
+	// claims hold meanwhile) and mutex; SemaphoreHandoffMS: one of 3
+	// holders (the mutex's 1) deletes its claim -> the one waiter seen
+	// Held, keyed semaphore and mutex; the _lease_seen_ maps are the same
+	// clocks stopped when the lock's Lease first lists the claim's permit
+	// (names the mutex's holder). SemaphoreAdmissionMS: a fenced ConfigMap
+	// update presenting a live permit's epoch (semaphore), the mutex
+	// holder's (mutex) and the unfenced update (unguarded), interleaved.
+	SemaphoreGrantMS            map[string]latency `json:"semaphore_grant_ms"`
+	SemaphoreGrantLeaseSeenMS   map[string]latency `json:"semaphore_grant_lease_seen_ms"`
+	SemaphoreHandoffMS          map[string]latency `json:"semaphore_handoff_ms"`
+	SemaphoreHandoffLeaseSeenMS map[string]latency `json:"semaphore_handoff_lease_seen_ms"`
+	SemaphoreAdmissionMS        map[string]latency `json:"semaphore_admission_ms"`
+	Ratios                      map[string]float64 `json:"ratios"`
 }
 
 // writeReport fills in the ratios and writes .bench/report.json.

@@ -23,8 +23,9 @@ import (
 // moment each claim is seen Held: what a holder's own watch would see (and
 // Pending: queued). A
 // second watch, on the namespace's Leases, timestamps the first moment a
-// Lease names each claim as its holder: what a holder watching the Lease
-// would see (a diagnostic, DESIGN question 12).
+// Lease names each claim as its holder (or, of a semaphore lock, lists a
+// permit of it): what a holder watching the Lease would see (a diagnostic,
+// DESIGN question 12).
 type heldWatch struct {
 	held, named, pending *firstSeen
 	stop                 func()
@@ -58,8 +59,19 @@ func watchHeld(ctx context.Context, c client.WithWatch, ns string) (*heldWatch, 
 		for ev := range leases.ResultChan() {
 			now := time.Now()
 			if l, ok := ev.Object.(*coordinationv1.Lease); ok {
-				if holder := fkv1.ReadLedger(l, l.Name).HolderClaim; holder != "" {
-					h.named.mark(holder, now)
+				if _, permit := fkv1.IsPermitLease(l); permit {
+					// A permit's renewal Lease, created after its lock's
+					// Lease lists the permit: the lock's Lease is the clock.
+					continue
+				}
+				led := fkv1.ReadLedger(l, l.Name)
+				if led.HolderClaim != "" {
+					h.named.mark(led.HolderClaim, now)
+				}
+				// A semaphore's Lease names no holder: it lists a permit per
+				// holder, which is what its holders take their grant from.
+				for _, p := range led.Permits {
+					h.named.mark(p.Claim, now)
 				}
 			}
 		}
