@@ -135,9 +135,6 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 		}
 	}
 
-	// A permit Lease that could not be made or removed is retried (the
-	// reconcile's error), after the claims' statuses show the Lease.
-	permitErr := r.syncPermitLeases(ctx, lock, g, fkv1.ReadLedger(lease, lock.Name), grantTime)
 	in := statusInputs{lease: lease, ledger: fkv1.ReadLedger(lease, lock.Name), exhausted: a.exhausted, maxWaiters: r.maxWaiters,
 		unrecorded: a.unrecorded && !a.kind.writesLease(), // a write leaves a counter its holder holds
 		permitEnds: a.permitEndReasons()}
@@ -170,8 +167,12 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	if err := r.syncStatuses(ctx, mem, endedFirst(g.claims, in.ledger), in); err != nil {
 		return ctrl.Result{}, err
 	}
-	if permitErr != nil {
-		return ctrl.Result{}, permitErr
+	// The permits' renewal Leases follow the statuses: a new permit's
+	// holder, told by the lock's Lease, retries a renewal Lease not there
+	// yet; its claim is shown Held without waiting for it. One that could
+	// not be made or removed is retried (the reconcile's error).
+	if err := r.syncPermitLeases(ctx, lock, g, in.ledger, grantTime); err != nil {
+		return ctrl.Result{}, err
 	}
 	wake := a.requeueAfter
 	if a.timeoutWake > 0 && (wake == 0 || a.timeoutWake < wake) {
