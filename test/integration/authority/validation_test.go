@@ -89,6 +89,33 @@ var _ = Describe("FencedLease validation by the apiserver", func() {
 		Expect(getClaim(ns, "no-timeout").Spec.AcquireTimeoutSeconds).To(BeNil())
 	})
 
+	It("bounds maxHolders to 1..100, defaults it to 1 and keeps it immutable, whatever the patch", func() {
+		for _, bad := range []int32{0, -3, 101} {
+			c := newClaim(ns, "bad-capacity", "warehouse", "W1", 30)
+			c.Spec.MaxHolders = ptr.To(bad)
+			err := k8s.Create(ctx, c)
+			Expect(err).To(HaveOccurred(), "maxHolders %d", bad)
+			Expect(err.Error()).To(ContainSubstring("spec.maxHolders"))
+		}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bad-capacity"}, &fkv1.FencedLease{})).NotTo(Succeed(), "nothing stored")
+		plain := createClaim(ns, "mutex", "warehouse-plain", "W1", 30)
+		Expect(getClaim(ns, plain.Name).Spec.MaxHolders).To(Equal(ptr.To(int32(1))), "defaulted to a mutex")
+		c := newClaim(ns, "three", "warehouse", "W1", 30)
+		c.Spec.MaxHolders = ptr.To(int32(3))
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		for _, patch := range []string{`{"spec":{"maxHolders":4}}`, `{"spec":{"maxHolders":null}}`, `{"spec":{"maxHolders":1}}`} {
+			err := k8s.Patch(ctx, getClaim(ns, "three"), client.RawPatch(types.MergePatchType, []byte(patch)))
+			Expect(err).To(HaveOccurred(), patch)
+			Expect(err.Error()).To(ContainSubstring("maxHolders is immutable"), patch)
+		}
+		err := k8s.Patch(ctx, getClaim(ns, "three"), client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/spec/maxHolders"}]`)))
+		Expect(err).To(HaveOccurred(), "a JSON patch removing it")
+		err = k8s.Patch(ctx, getClaim(ns, "mutex"), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"maxHolders":3}}`)))
+		Expect(err).To(HaveOccurred(), "a mutex claim made a semaphore claim")
+		Expect(*getClaim(ns, "three").Spec.MaxHolders).To(Equal(int32(3)))
+		Expect(*getClaim(ns, "mutex").Spec.MaxHolders).To(Equal(int32(1)))
+	})
+
 	It("defaults the TTL to 15 seconds", func() {
 		c := newClaim(ns, "ok", "report", "W1", 1)
 		c.Spec.LeaseDurationSeconds = nil
