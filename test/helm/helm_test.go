@@ -255,7 +255,7 @@ func TestChartEndToEnd(t *testing.T) {
 		}
 		err := c.Get(ctx, client.ObjectKey{Namespace: "reports", Name: fkv1.PermitLeaseName("loaders", l1.Status.Epoch)}, &coordinationv1.Lease{})
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("l1's permit Lease: %v", err)
+			return fmt.Errorf("l1's permit Lease: %w", err)
 		}
 		return nil
 	})
