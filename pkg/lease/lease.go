@@ -279,25 +279,10 @@ func (l *Lease) renew(ctx context.Context) error {
 		if err := l.showsGrant(cur); err != nil {
 			return err
 		}
-		upd := cur.DeepCopy()
-		now := time.Now().Truncate(time.Microsecond)
-		if upd.Spec.RenewTime != nil && !now.After(upd.Spec.RenewTime.Time) {
-			now = upd.Spec.RenewTime.Add(time.Microsecond) // renewTime must advance
-		}
-		upd.Spec.RenewTime = &metav1.MicroTime{Time: now}
-		sent := time.Now()
-		err := l.cl.withTimeout(ctx, l.opts.RequestTimeout, func(ctx context.Context) error { return l.cl.c.Update(ctx, upd) })
+		err := l.advanceRenewTime(ctx, cur)
 		if err == nil {
-			renewals.WithLabelValues("ok").Inc()
-			l.mu.Lock()
-			observeRenewalAck(l.lastAckSent, sent, time.Now(), l.TTL)
-			l.lease, l.lastAckSent = upd, sent
-			l.mu.Unlock()
 			return nil
 		}
-		l.mu.Lock()
-		l.lease = nil // unknown now: read it again next time
-		l.mu.Unlock()
 		if !apierrors.IsConflict(err) {
 			return err
 		}
@@ -605,5 +590,30 @@ func DecodeJSON(data []byte, v any) error {
 	if d.More() {
 		return fmt.Errorf("trailing data after the JSON value")
 	}
+	return nil
+}
+
+// advanceRenewTime sends one renewal of cur (the Lease this holder
+// renews, as last read): its renewTime advanced to now, guarded by its
+// resourceVersion. On success the renewed Lease is kept for the next one;
+// on any error it is forgotten (read again next time).
+func (l *Lease) advanceRenewTime(ctx context.Context, cur *coordinationv1.Lease) error {
+	upd := cur.DeepCopy()
+	now := time.Now().Truncate(time.Microsecond)
+	if upd.Spec.RenewTime != nil && !now.After(upd.Spec.RenewTime.Time) {
+		now = upd.Spec.RenewTime.Add(time.Microsecond) // renewTime must advance
+	}
+	upd.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	sent := time.Now()
+	err := l.cl.withTimeout(ctx, l.opts.RequestTimeout, func(ctx context.Context) error { return l.cl.c.Update(ctx, upd) })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.lease = nil
+		return err
+	}
+	renewals.WithLabelValues("ok").Inc()
+	observeRenewalAck(l.lastAckSent, sent, time.Now(), l.TTL)
+	l.lease, l.lastAckSent = upd, sent
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
@@ -98,25 +97,10 @@ func (l *Lease) renewPermitOnce(ctx context.Context) error {
 		l.mu.Lock()
 		l.permitLeaseSeen = true
 		l.mu.Unlock()
-		upd := cur.DeepCopy()
-		now := time.Now().Truncate(time.Microsecond)
-		if upd.Spec.RenewTime != nil && !now.After(upd.Spec.RenewTime.Time) {
-			now = upd.Spec.RenewTime.Add(time.Microsecond) // renewTime must advance
-		}
-		upd.Spec.RenewTime = &metav1.MicroTime{Time: now}
-		sent := time.Now()
-		err := l.cl.withTimeout(ctx, l.opts.RequestTimeout, func(ctx context.Context) error { return l.cl.c.Update(ctx, upd) })
+		err := l.advanceRenewTime(ctx, cur)
 		if err == nil {
-			renewals.WithLabelValues("ok").Inc()
-			l.mu.Lock()
-			observeRenewalAck(l.lastAckSent, sent, time.Now(), l.TTL)
-			l.lease, l.lastAckSent = upd, sent
-			l.mu.Unlock()
 			return nil
 		}
-		l.mu.Lock()
-		l.lease = nil // unknown now: read it again next time
-		l.mu.Unlock()
 		if apierrors.IsNotFound(err) {
 			return l.permitLeaseMissing(ctx, name)
 		}

@@ -315,23 +315,28 @@ func bodyOf(ns, name string) string {
 	return b
 }
 
-// cmHistory records every version of the ConfigMaps in a namespace.
-type cmHistory struct {
+// history records every version of one kind of object in a namespace,
+// as a watch delivers them.
+type history[T any] struct {
 	mu   sync.Mutex
-	all  []corev1.ConfigMap
+	all  []T
 	stop func()
 }
 
-func watchConfigMaps(ns string) *cmHistory {
-	h := &cmHistory{}
-	w, err := k8s.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+// watchAll starts recording the objects of list's kind in ns.
+func watchAll[T any, PT interface {
+	*T
+	client.Object
+}](ns string, list client.ObjectList) *history[T] {
+	h := &history[T]{}
+	w, err := k8s.Watch(ctx, list, client.InNamespace(ns))
+	ExpectWithOffset(2, err).NotTo(HaveOccurred())
 	h.stop = w.Stop
 	go func() {
 		for ev := range w.ResultChan() {
-			if cm, ok := ev.Object.(*corev1.ConfigMap); ok {
+			if o, ok := ev.Object.(PT); ok {
 				h.mu.Lock()
-				h.all = append(h.all, *cm.DeepCopy())
+				h.all = append(h.all, *(o.DeepCopyObject().(PT)))
 				h.mu.Unlock()
 			}
 		}
@@ -339,19 +344,33 @@ func watchConfigMaps(ns string) *cmHistory {
 	return h
 }
 
-func (h *cmHistory) count() int {
+// snapshot is every version recorded so far, in the order seen.
+func (h *history[T]) snapshot() []T {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]T(nil), h.all...)
+}
+
+// cmHistory records every version of the ConfigMaps in a namespace.
+type cmHistory = history[corev1.ConfigMap]
+
+func watchConfigMaps(ns string) *cmHistory {
+	return watchAll[corev1.ConfigMap](ns, &corev1.ConfigMapList{})
+}
+
+// count is how many versions were recorded so far.
+func (h *history[T]) count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.all)
 }
 
-func (h *cmHistory) versions(name string) []corev1.ConfigMap {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []corev1.ConfigMap
-	for _, cm := range h.all {
-		if cm.Name == name {
-			out = append(out, cm)
+// versions are the recorded versions of the object named name.
+func (h *history[T]) versions(name string) []T {
+	var out []T
+	for _, o := range h.snapshot() {
+		if any(&o).(client.Object).GetName() == name {
+			out = append(out, o)
 		}
 	}
 	return out

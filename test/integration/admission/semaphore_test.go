@@ -3,7 +3,6 @@ package admission_test
 import (
 	"errors"
 	"strconv"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -113,7 +112,7 @@ var _ = Describe("Fencing a semaphore lock", func() {
 		By("the object's history: no version accepted A's epoch after the Lease version that ended A's permit")
 		var ended string
 		Eventually(func() string {
-			ended = leases.permitEnded(lock, eA)
+			ended = permitEnded(leases, lock, eA)
 			return ended
 		}, 5*time.Second, 50*time.Millisecond).ShouldNot(BeEmpty())
 		Eventually(objects.count, 5*time.Second).Should(BeNumerically(">=", 4))
@@ -131,36 +130,17 @@ var _ = Describe("Fencing a semaphore lock", func() {
 })
 
 // leaseHistory records every version of a namespace's Leases.
-type leaseHistory struct {
-	mu   sync.Mutex
-	all  []coordinationv1.Lease
-	stop func()
-}
+type leaseHistory = history[coordinationv1.Lease]
 
 func watchLeases(ns string) *leaseHistory {
-	h := &leaseHistory{}
-	w, err := k8s.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(ns))
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
-	h.stop = w.Stop
-	go func() {
-		for ev := range w.ResultChan() {
-			if l, ok := ev.Object.(*coordinationv1.Lease); ok {
-				h.mu.Lock()
-				h.all = append(h.all, *l.DeepCopy())
-				h.mu.Unlock()
-			}
-		}
-	}()
-	return h
+	return watchAll[coordinationv1.Lease](ns, &coordinationv1.LeaseList{})
 }
 
 // permitEnded is the resourceVersion of the first version of lock's Lease
 // that no longer lists the permit of epoch, after one that did ("" if none).
-func (h *leaseHistory) permitEnded(lock string, epoch int64) string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func permitEnded(h *leaseHistory, lock string, epoch int64) string {
 	listed := false
-	for _, l := range h.all {
+	for _, l := range h.snapshot() {
 		if l.Name != lock {
 			continue
 		}
