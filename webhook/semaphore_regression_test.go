@@ -1,7 +1,7 @@
 package webhook
 
-// Semaphore regressions at admission: interleavings an adversarial review
-// found, each a test that failed before its fix.
+// Semaphore regressions at admission: interleavings that once got a stale
+// write through, each a test that failed before its fix.
 
 import (
 	"context"

@@ -1,7 +1,7 @@
 package lock
 
-// Semaphore regressions: interleavings an adversarial review found, each
-// a test that failed before its fix.
+// Semaphore regressions: interleavings that once broke a rule of the
+// semaphore ledger, each a test that failed before its fix.
 
 import (
 	"testing"

@@ -127,7 +127,7 @@ type Summary struct {
 	Semaphore     SemaphoreSummary `json:"semaphore"`
 }
 
-// SemaphoreSummary is what a session reports of its semaphore lock
+// SemaphoreSummary is what a run reports of its semaphore lock
 // (SemaphoreLock, SemaphoreCapacity permits; its own workers).
 type SemaphoreSummary struct {
 	Lock           string           `json:"lock"`
