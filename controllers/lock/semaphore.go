@@ -241,8 +241,11 @@ func (r *Reconciler) gatherPermits(ctx context.Context, lock types.NamespacedNam
 	if err := r.client.List(ctx, &list, client.InNamespace(lock.Namespace), client.MatchingFields{indexPermitOf: lock.Name}); err != nil {
 		return fmt.Errorf("listing the permit Leases of lock %s: %w", lock, err)
 	}
-	g.permitLeases = map[int64]*coordinationv1.Lease{}
+	g.permitLeases = nil // a mutex (nearly every lock) has none: no map
 	for i := range list.Items {
+		if g.permitLeases == nil {
+			g.permitLeases = make(map[int64]*coordinationv1.Lease, len(list.Items))
+		}
 		if epoch, err := fkv1.ParseEpoch(list.Items[i].Labels[fkv1.LabelPermitEpoch]); err == nil {
 			g.permitLeases[epoch] = &list.Items[i]
 		}

@@ -264,17 +264,10 @@ func (l *Lease) renew(ctx context.Context) error {
 	l.mu.Unlock()
 	for attempt := 0; attempt < 2; attempt++ {
 		if cur == nil {
-			var fresh coordinationv1.Lease
-			err := l.cl.withTimeout(ctx, l.opts.RequestTimeout, func(ctx context.Context) error {
-				return l.cl.c.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.Lock}, &fresh)
-			})
-			if apierrors.IsNotFound(err) {
-				return fmt.Errorf("the Lease of lock %s/%s is gone: %w", l.Namespace, l.Lock, ErrLost)
-			}
-			if err != nil {
+			var err error
+			if cur, err = l.readLockLease(ctx); err != nil {
 				return err
 			}
-			cur = &fresh
 		}
 		if err := l.showsGrant(cur); err != nil {
 			return err
@@ -616,4 +609,19 @@ func (l *Lease) advanceRenewTime(ctx context.Context, cur *coordinationv1.Lease)
 	observeRenewalAck(l.lastAckSent, sent, time.Now(), l.TTL)
 	l.lease, l.lastAckSent = upd, sent
 	return nil
+}
+
+// readLockLease reads the lock's Lease live; its absence is a loss.
+func (l *Lease) readLockLease(ctx context.Context) (*coordinationv1.Lease, error) {
+	var got coordinationv1.Lease
+	err := l.cl.withTimeout(ctx, l.opts.RequestTimeout, func(ctx context.Context) error {
+		return l.cl.c.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.Lock}, &got)
+	})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("the Lease of lock %s/%s is gone: %w", l.Namespace, l.Lock, ErrLost)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &got, nil
 }

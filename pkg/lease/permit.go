@@ -141,17 +141,11 @@ func (l *Lease) checkLedger(ctx context.Context, fresh bool) error {
 	}
 	l.mu.Unlock()
 	if cur == nil || fresh {
-		var got coordinationv1.Lease
-		err := l.cl.withTimeout(ctx, l.opts.RequestTimeout, func(ctx context.Context) error {
-			return l.cl.c.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.Lock}, &got)
-		})
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("the Lease of lock %s/%s is gone: %w", l.Namespace, l.Lock, ErrLost)
-		}
+		got, err := l.readLockLease(ctx)
 		if err != nil {
 			return err
 		}
-		cur = &got
+		cur = got
 		l.mu.Lock()
 		if l.ledger == nil || l.ledger.ResourceVersion != got.ResourceVersion {
 			l.ledger = cur
