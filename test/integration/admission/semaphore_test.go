@@ -58,7 +58,15 @@ var _ = Describe("Fencing a semaphore lock", func() {
 		By("both permit holders write one object, in either order: no watermark order between them")
 		Expect(k8s.Create(ctx, fencedConfigMap(ns, "batch", lock, eB, "rows by B", nil))).To(Succeed())
 		Expect(publish(ns, "batch", eA, "rows by A")).To(Succeed())
+		var staleCopy corev1.ConfigMap // A's copy, read while its permit is live
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "batch"}, &staleCopy)).To(Succeed())
 		Expect(publish(ns, "batch", eB, "more rows by B")).To(Succeed())
+
+		By("another identity presenting a live permit's epoch is refused")
+		err := publishAs(userClient("mallory"), ns, "batch", eB, "rows by mallory")
+		Expect(err).To(HaveOccurred())
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(configMapData(ns, "batch")).To(Equal("more rows by B"))
 
 		By("A pauses; its permit expires and C gets the freed permit with the next epoch")
 		c := acquirePermit("c", lock, 2, 300)
@@ -88,10 +96,14 @@ var _ = Describe("Fencing a semaphore lock", func() {
 			Data: map[string]string{"report.csv": "applied by A"}}
 		refusedStale(k8s.Patch(ctx, applied, client.Apply, client.FieldOwner("worker-a"), client.ForceOwnership)) //nolint:staticcheck // server-side apply is a write path under test
 		refusedStale(k8s.Create(ctx, fencedConfigMap(ns, "new-batch", lock, eA, "new object by A", nil)))
+		fromStale := staleCopy.DeepCopy()
+		fromStale.Annotations[fkv1.AnnotationEpoch] = strconv.FormatInt(eA, 10)
+		fromStale.Data = map[string]string{"report.csv": "merge-from by A"}
+		refusedStale(k8s.Patch(ctx, fromStale, client.MergeFrom(&staleCopy)))
 		Expect(configMapData(ns, "batch")).To(Equal("rows by C"))
 
 		By("a deletion mark with A's epoch is refused")
-		err := k8s.Patch(ctx, target, client.RawPatch(types.MergePatchType,
+		err = k8s.Patch(ctx, target, client.RawPatch(types.MergePatchType,
 			[]byte(`{"metadata":{"annotations":{"fencekeeper.io/epoch":"`+strconv.FormatInt(eA, 10)+`","fencekeeper.io/delete-epoch":"`+strconv.FormatInt(eA, 10)+`"}}}`)))
 		refusedStale(err)
 
