@@ -152,14 +152,14 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	case holderEpochLost:
 		in.epochLostUID = string(a.endedUID)
 	}
-	switch {
-	case a.semaphore && g.caughtUp && !mem.uncertain && g.permitsWatched && len(in.ledger.Permits) > 0:
-		r.memory.publishView(lock, View{Permits: permitEpochs(in.ledger), Floor: mem.raiseFloor(), deadline: g.now.Add(a.requeueAfter)})
-	case a.semaphore:
-		r.memory.publishView(lock, View{})
-	case (a.kind == actGrant || g.renewWatched) && g.caughtUp && !mem.uncertain:
-		r.memory.publishView(lock, View{HeldEpoch: in.ledger.HeldEpoch(), Floor: mem.raiseFloor(), deadline: g.now.Add(a.requeueAfter)})
-	default:
+	// Vouched for: every holder the view names (the mutex's holder, or a
+	// semaphore's permits) was watched renewing, or was granted by this
+	// write.
+	grantedAll := a.kind == actGrant && len(a.permits) == len(a.grants)
+	if (grantedAll || g.renewWatched) && g.caughtUp && !mem.uncertain {
+		r.memory.publishView(lock, View{HeldEpoch: in.ledger.HeldEpoch(), Permits: permitEpochs(in.ledger), Floor: mem.raiseFloor(),
+			deadline: g.now.Add(a.requeueAfter)})
+	} else {
 		// Just started (or resumed): the holder's fresh TTL here is for
 		// expiry only; the webhook must read live until a renewal is seen.
 		r.memory.publishView(lock, View{})

@@ -49,6 +49,9 @@ func (a action) permitEndReasons() map[types.UID]holderEnd {
 
 // permitEpochs are the epochs of a ledger's live permits, ascending.
 func permitEpochs(l fkv1.Ledger) []int64 {
+	if len(l.Permits) == 0 {
+		return nil
+	}
 	out := make([]int64, len(l.Permits))
 	for i, p := range l.Permits {
 		out[i] = p.Epoch

@@ -268,6 +268,11 @@ func (r *Reconciler) gatherPermits(ctx context.Context, lock types.NamespacedNam
 		g.permits = append(g.permits, st)
 	}
 	mem.retainPermits(g.ledger.Permits)
+	if len(g.ledger.Permits) > 0 {
+		// A semaphore's holders are its permits: the lock's Lease itself
+		// names none and is renewed by nobody.
+		g.renewWatched = g.permitsWatched
+	}
 	return nil
 }
 
