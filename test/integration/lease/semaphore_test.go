@@ -213,7 +213,9 @@ var _ = Describe("Semaphore locks", func() {
 		led := ledgerOf()
 		_, ok := led.PermitFor(w3.UID)
 		Expect(ok).To(BeFalse(), "the expired permit is still recorded")
-		Expect(permitLease(w3.Epoch)).To(BeNil(), "the expired permit's Lease was not deleted")
+		// Deleted right after the statuses are written, in the same reconcile.
+		Eventually(func() *coordinationv1.Lease { return permitLease(w3.Epoch) }, 5*time.Second, 50*time.Millisecond).
+			Should(BeNil(), "the expired permit's Lease was not deleted")
 		var w4claim fkv1.FencedLease
 		Expect(admin.Get(ctx, client.ObjectKeyFromObject(w4), &w4claim)).To(Succeed())
 		Expect(w4claim.Status.Epoch).To(BeNumerically(">", w3.Epoch))
