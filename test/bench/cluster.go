@@ -98,7 +98,12 @@ func startCluster(ctx context.Context, syncPeriod time.Duration) (*cluster, erro
 			return nil, fmt.Errorf("BENCH_LOCK_CONCURRENCY=%q: want a positive whole number", v)
 		}
 	}
-	logf, _ := os.Create(filepath.Join(c.dir, "manager.log"))
+	logp := filepath.Join(c.dir, "manager.log")
+	if v := os.Getenv("DEBUG_MANAGER_LOG"); v != "" {
+		logp = v
+		c.manager.Args = append(c.manager.Args, "--zap-log-level", "info", "--zap-time-encoding", "rfc3339nano")
+	}
+	logf, _ := os.Create(logp)
 	c.manager.Stdout, c.manager.Stderr = logf, logf
 	c.manager.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// As the chart runs it: a soft memory limit below the container's.

@@ -83,6 +83,13 @@ var goals = append([]goal{
 	}, target: "(reference: client-go leader election, from the last renewal it wrote, read back)"},
 	tailGoal(goal{figure: "election_takeover_overshoot_ms (fenced election)", key: "election_takeover_overshoot_p99_over_100ms",
 		value: latOf(electionTakeoverMS), den: constant(100), cmp: atMost, limit: 1, target: "p99 <= TTL + %g ms"}, electionTakeoverMS, nil),
+	{figure: "election_takeover_phases_ms", value: func(r report) string { return r.ElectionTakeoverPhasesMS.String() },
+		target: "(diagnostic: the fenced election's overshoot split at the Lease versions a watch sees)"},
+	{figure: "takeover_burst_overshoot_ms", value: latOf(func(r report) latency { return r.TakeoverBurstOvershootMS }),
+		target: "(reported: the same takeovers all at once, a burst on 2 cores)"},
+	{figure: "election_takeover_burst_overshoot_ms", value: func(r report) string {
+		return latOf(func(r report) latency { return r.ElectionTakeoverBurstOvershootMS })(r) + "; " + r.ElectionTakeoverBurstPhasesMS.String()
+	}, target: "(reported: the fenced election's takeovers all at once, a burst on 2 cores)"},
 	p50Goal(goal{figure: "graceful_handoff_ms (fenced election)", key: "clientgo_graceful_p50_over_fenced_p50", value: latOf(gracefulMS),
 		cmp: atLeast, limit: 20, target: "client-go p50 / fenced p50 >= %g" + gracefulWaits}, clientgoGracefulMS, gracefulMS),
 	tailGoal(goal{figure: "clientgo_graceful_handoff_ms (ReleaseOnCancel)", key: "clientgo_graceful_p99_over_fenced_p99", value: latOf(clientgoGracefulMS),

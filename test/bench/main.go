@@ -173,13 +173,19 @@ func run(quick bool, p params, only steps) error {
 
 	if only.want("takeover") {
 		done = step("takeover (fencekeeper and client-go leader election)")
-		if r.TakeoverOvershootMS, err = measureTakeover(ctx, c, p.takeoverRuns, p.ttl); err != nil {
+		if r.TakeoverOvershootMS, err = measureTakeover(ctx, c, p.takeoverRuns, p.ttl, false); err != nil {
 			return err
 		}
 		if r.ClientgoTakeoverOvershootMS, r.ClientgoTakeoverBeforeTTLShare, err = measureClientGoTakeover(ctx, cl.admin, p.takeoverRuns, p.ttl); err != nil {
 			return err
 		}
-		if r.ElectionTakeoverOvershootMS, err = measureElectionTakeover(ctx, cl.admin, p.takeoverRuns, p.ttl); err != nil {
+		if r.ElectionTakeoverOvershootMS, r.ElectionTakeoverPhasesMS, err = measureElectionTakeover(ctx, cl.admin, p.takeoverRuns, p.ttl, false); err != nil {
+			return err
+		}
+		if r.TakeoverBurstOvershootMS, err = measureTakeover(ctx, c, p.takeoverRuns, p.ttl, true); err != nil {
+			return err
+		}
+		if r.ElectionTakeoverBurstOvershootMS, r.ElectionTakeoverBurstPhasesMS, err = measureElectionTakeover(ctx, cl.admin, p.takeoverRuns, p.ttl, true); err != nil {
 			return err
 		}
 		done()

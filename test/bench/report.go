@@ -40,9 +40,16 @@ type report struct {
 	// that came before the TTL had run out since the last renewal.
 	ClientgoTakeoverBeforeTTLShare float64 `json:"clientgo_takeover_before_ttl_share"`
 	ElectionTakeoverOvershootMS    latency `json:"election_takeover_overshoot_ms"`
-	GracefulHandoffMS              latency `json:"graceful_handoff_ms"`
-	EtcdMutexHandoffMS             latency `json:"etcd_mutex_handoff_ms"`
-	ClientgoGracefulHandoffMS      latency `json:"clientgo_graceful_handoff_ms"`
+	// ElectionTakeoverPhasesMS splits the fenced election's staggered
+	// takeovers (takeover.go).
+	ElectionTakeoverPhasesMS takeoverPhases `json:"election_takeover_phases_ms"`
+	// The same takeovers all at once (a burst), reported only.
+	TakeoverBurstOvershootMS         latency        `json:"takeover_burst_overshoot_ms"`
+	ElectionTakeoverBurstOvershootMS latency        `json:"election_takeover_burst_overshoot_ms"`
+	ElectionTakeoverBurstPhasesMS    takeoverPhases `json:"election_takeover_burst_phases_ms"`
+	GracefulHandoffMS                latency        `json:"graceful_handoff_ms"`
+	EtcdMutexHandoffMS               latency        `json:"etcd_mutex_handoff_ms"`
+	ClientgoGracefulHandoffMS        latency        `json:"clientgo_graceful_handoff_ms"`
 	// WritesPerGrant: per grant on a new lock (writes_per_grant_new, kept
 	// under its old key too); WritesPerGrantExisting: on an existing one.
 	WritesPerGrant         float64 `json:"writes_per_grant"`

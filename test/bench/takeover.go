@@ -1,7 +1,10 @@
 // Takeover overshoot: the holder renews its Lease three times and stops
 // right after the last acknowledged renewal; the figure is the next waiter's
-// grant (seen by the namespace watch) minus that moment minus the TTL, for
-// `runs` locks at once. The client-go reference runs two leaderelection
+// grant (seen by the namespace watch) minus that moment minus the TTL, on
+// `runs` locks whose holders stop one after another (see schedule). The
+// same takeovers all at once are reported beside them (a burst: what 2
+// cores do with 20 takeovers in the same few milliseconds). The client-go
+// reference runs two leaderelection
 // candidates on a plain Lease with the same TTL; its reference point is the
 // last renewal the leader actually wrote, read back from the Lease (the
 // renewTime of the last version a watch saw with the leader as holder), not
@@ -12,6 +15,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -32,11 +36,28 @@ import (
 	"github.com/fencekeeper/fencekeeper/pkg/election"
 )
 
+// takeoverSpacing is the mean time between two holders stopping in a
+// staggered run: longer than one takeover's own writes (about 30 ms on an
+// idle machine), so each is measured on its own, as a lock whose holder
+// crashes meets it, not queued behind the others' writes (a burst is
+// measured apart).
+const takeoverSpacing = 150 * time.Millisecond
+
+// schedule is when run r of a staggered set starts (r spacings, with up to
+// half a spacing of jitter so no run locks onto a server timer), or at
+// once in a burst.
+func schedule(r int, burst bool) time.Duration {
+	if burst {
+		return 0
+	}
+	return time.Duration(r)*takeoverSpacing + rand.N(takeoverSpacing/2)
+}
+
 // takeover: the holder stops renewing -> the next waiter is granted; the
 // figure is the time beyond the TTL, measured from the holder's last
 // renewal as written (the renewTime it put in the Lease), the same
 // reference as client-go's below.
-func measureTakeover(ctx context.Context, c client.WithWatch, runs int, ttl time.Duration) (latency, error) {
+func measureTakeover(ctx context.Context, c client.WithWatch, runs int, ttl time.Duration, burst bool) (latency, error) {
 	ns, h, err := watchedNS(ctx, c, "takeover")
 	if err != nil {
 		return latency{}, err
@@ -47,6 +68,7 @@ func measureTakeover(ctx context.Context, c client.WithWatch, runs int, ttl time
 	g, gctx := errgroup.WithContext(ctx)
 	for r := 0; r < runs; r++ {
 		g.Go(func() error {
+			time.Sleep(schedule(r, burst))
 			lock := "lock-" + strconv.Itoa(r)
 			holder, next := "h"+strconv.Itoa(r), "n"+strconv.Itoa(r)
 			hc := h.expect(holder)
@@ -109,7 +131,7 @@ func measureClientGoTakeover(ctx context.Context, cfg *rest.Config, runs int, tt
 			resourcelock.ResourceLockConfig{Identity: id})
 		return l, nil, err
 	}
-	d, err := measureElectorTakeover(ctx, cs, "clientgo", lock, electorTimings{renewDeadline: ttl * 2 / 3, retryPeriod: ttl / 10}, runs, ttl)
+	d, _, err := measureElectorTakeover(ctx, cs, "clientgo", lock, electorTimings{renewDeadline: ttl * 2 / 3, retryPeriod: ttl / 10}, runs, ttl, false)
 	early := 0
 	for _, x := range d {
 		if x < 0 {
@@ -125,11 +147,11 @@ func measureClientGoTakeover(ctx context.Context, cfg *rest.Config, runs int, tt
 // measureElectionTakeover: the same crash takeover for pkg/election's Lock
 // under client-go's LeaderElector (timings as its ManagerOptions sets
 // them). The leader's connection to the apiserver hangs (renewals stop, no
-// release: a crash as the others see it).
-func measureElectionTakeover(ctx context.Context, cfg *rest.Config, runs int, ttl time.Duration) (latency, error) {
+// release: a crash as the others see it). phases splits the overshoot.
+func measureElectionTakeover(ctx context.Context, cfg *rest.Config, runs int, ttl time.Duration, burst bool) (_ latency, phases takeoverPhases, _ error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return latency{}, err
+		return latency{}, phases, err
 	}
 	lock := func(ns, name, id string) (resourcelock.Interface, func(), error) {
 		var hang atomic.Bool
@@ -138,26 +160,56 @@ func measureElectionTakeover(ctx context.Context, cfg *rest.Config, runs int, tt
 		l, err := election.New(c, election.Config{Namespace: ns, Name: name, Identity: id, TTL: ttl})
 		return l, func() { hang.Store(true) }, err
 	}
-	d, err := measureElectorTakeover(ctx, cs, "election-takeover", lock, electorTimings{renewDeadline: min(ttl/2, time.Second), retryPeriod: election.RetryPeriod}, runs, ttl)
-	return summarize(d), err
+	d, ph, err := measureElectorTakeover(ctx, cs, "election-takeover", lock, electorTimings{renewDeadline: min(ttl/2, time.Second), retryPeriod: election.RetryPeriod}, runs, ttl, burst)
+	return summarize(d), ph.summary(), err
+}
+
+// takeoverPhases splits each fenced takeover's overshoot at two moments the
+// bench's Lease watch sees: the leader's last renewal arriving (the
+// authority's TTL runs from its own sight of it) and the Lease naming the
+// successor (the grant). The three parts add up to the overshoot.
+type takeoverPhases struct {
+	// LastRenewalSeenMS: the last renewal's renewTime to the watch seeing it.
+	LastRenewalSeenMS latency `json:"last_renewal_seen_ms"`
+	// GrantAfterTTLMS: a TTL after the watch saw that renewal, to the watch
+	// seeing the grant (the authority's timer, queue and Lease write).
+	GrantAfterTTLMS latency `json:"grant_after_ttl_ms"`
+	// LedAfterGrantMS: the grant seen, to the successor's OnStartedLeading
+	// (its library sees the grant and sends its first renewal; client-go's
+	// elector polls the Lock every RetryPeriod).
+	LedAfterGrantMS latency `json:"led_after_grant_ms"`
+
+	seen, grant, led []time.Duration
+}
+
+// String is the three parts' p50 / max.
+func (p takeoverPhases) String() string {
+	part := func(l latency) string { return fmt.Sprintf("p50 %.1f / max %.1f", l.P50, l.Max) }
+	return fmt.Sprintf("last renewal seen %s; grant after the TTL %s; led after the grant %s (n=%d)",
+		part(p.LastRenewalSeenMS), part(p.GrantAfterTTLMS), part(p.LedAfterGrantMS), p.GrantAfterTTLMS.N)
+}
+
+func (p takeoverPhases) summary() takeoverPhases {
+	return takeoverPhases{LastRenewalSeenMS: summarize(p.seen), GrantAfterTTLMS: summarize(p.grant), LedAfterGrantMS: summarize(p.led)}
 }
 
 // candidateLock makes candidate id's lock on ns/name, and how to crash it
 // (nil: cancel its elector without a release).
 type candidateLock func(ns, name, id string) (resourcelock.Interface, func(), error)
 
-// measureElectorTakeover runs `runs` takeovers at once, each on its own
-// lock: candidate "a" leads, "b" waits, "a" crashes; the figure is b's
-// OnStartedLeading minus a's last renewal as written (read back from the
-// Lease), minus the TTL.
-func measureElectorTakeover(ctx context.Context, cs kubernetes.Interface, prefix string, newLock candidateLock, t electorTimings, runs int, ttl time.Duration) ([]time.Duration, error) {
+// measureElectorTakeover runs `runs` takeovers (staggered, or at once in a
+// burst), each on its own lock: candidate "a" leads, "b" waits, "a"
+// crashes; the figure is b's OnStartedLeading minus a's last renewal as
+// written (read back from the Lease), minus the TTL.
+func measureElectorTakeover(ctx context.Context, cs kubernetes.Interface, prefix string, newLock candidateLock, t electorTimings, runs int, ttl time.Duration, burst bool) ([]time.Duration, takeoverPhases, error) {
+	var ph takeoverPhases
 	ns, err := benchNamespace(ctx, cs, prefix)
 	if err != nil {
-		return nil, err
+		return nil, ph, err
 	}
-	renewals, err := watchRenewals(ctx, cs, ns, "a")
+	renewals, err := watchRenewals(ctx, cs, ns, "a", "b")
 	if err != nil {
-		return nil, err
+		return nil, ph, err
 	}
 	defer renewals.stop()
 	var mu sync.Mutex
@@ -165,6 +217,7 @@ func measureElectorTakeover(ctx context.Context, cs kubernetes.Interface, prefix
 	g, gctx := errgroup.WithContext(ctx)
 	for r := 0; r < runs; r++ {
 		g.Go(func() error {
+			time.Sleep(schedule(r, burst))
 			name := "election-" + strconv.Itoa(r)
 			p, err := startPair(gctx, newLock, ns, name, ttl, t, false)
 			if err != nil {
@@ -178,20 +231,25 @@ func measureElectorTakeover(ctx context.Context, cs kubernetes.Interface, prefix
 			if err != nil {
 				return fmt.Errorf("%s takeover %s: %w", prefix, name, err)
 			}
-			last, seen := renewals.lastOf(name)
+			m, seen := renewals.of(name)
 			if !seen {
 				return fmt.Errorf("%s takeover %s: no renewal by the leader was seen", prefix, name)
 			}
 			mu.Lock()
-			d = append(d, led.Sub(last)-ttl)
+			d = append(d, led.Sub(m.lastRenewal)-ttl)
+			if !m.successorSeen.IsZero() {
+				ph.seen = append(ph.seen, m.lastSeen.Sub(m.lastRenewal))
+				ph.grant = append(ph.grant, m.successorSeen.Sub(m.lastSeen.Add(ttl)))
+				ph.led = append(ph.led, led.Sub(m.successorSeen))
+			}
 			mu.Unlock()
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return nil, ph, err
 	}
-	return d, nil
+	return d, ph, nil
 }
 
 type electorTimings struct{ renewDeadline, retryPeriod time.Duration }
@@ -261,36 +319,57 @@ func benchNamespace(ctx context.Context, cs kubernetes.Interface, prefix string)
 }
 
 // renewalWatch keeps, per Lease, the renewTime of the last version that
-// names holder: the holder's last renewal as written.
+// names holder (the holder's last renewal as written) and when the watch
+// delivered it, and when it first delivered a version naming successor.
 type renewalWatch struct {
-	w    watch.Interface
-	mu   sync.Mutex
-	last map[string]time.Time
+	w  watch.Interface
+	mu sync.Mutex
+	by map[string]leaseMoments
 }
 
-func watchRenewals(ctx context.Context, cs kubernetes.Interface, ns, holder string) (*renewalWatch, error) {
+type leaseMoments struct {
+	lastRenewal, lastSeen, successorSeen time.Time
+}
+
+func watchRenewals(ctx context.Context, cs kubernetes.Interface, ns, holder, successor string) (*renewalWatch, error) {
 	w, err := cs.CoordinationV1().Leases(ns).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	r := &renewalWatch{w: w, last: map[string]time.Time{}}
+	r := &renewalWatch{w: w, by: map[string]leaseMoments{}}
 	go func() {
 		for ev := range w.ResultChan() {
-			if l, ok := ev.Object.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == holder && l.Spec.RenewTime != nil {
-				r.mu.Lock()
-				r.last[l.Name] = l.Spec.RenewTime.Time
-				r.mu.Unlock()
+			now := time.Now()
+			l, ok := ev.Object.(*coordinationv1.Lease)
+			if !ok || l.Spec.HolderIdentity == nil {
+				continue
 			}
+			r.mu.Lock()
+			m := r.by[l.Name]
+			switch *l.Spec.HolderIdentity {
+			case holder:
+				if l.Spec.RenewTime != nil {
+					m.lastRenewal, m.lastSeen = l.Spec.RenewTime.Time, now
+				}
+			case successor:
+				if m.successorSeen.IsZero() {
+					m.successorSeen = now
+				}
+			}
+			r.by[l.Name] = m
+			r.mu.Unlock()
 		}
 	}()
 	return r, nil
 }
 
-func (r *renewalWatch) lastOf(name string) (time.Time, bool) {
+// of is what the watch saw of the Lease name; false until it saw the
+// holder's renewal.
+func (r *renewalWatch) of(name string) (leaseMoments, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t, ok := r.last[name]
-	return t, ok
+	m, ok := r.by[name]
+	return m, ok && !m.lastRenewal.IsZero()
 }
 
 func (r *renewalWatch) stop() { r.w.Stop() }
