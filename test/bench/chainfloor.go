@@ -17,9 +17,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -39,8 +42,10 @@ import (
 const standInGroup = "chainfloor.fencekeeper.io"
 
 // chainFloor: `cycles` grant cycles' requests by conc workers, each on a
-// Lease of its own; cycles per second.
-func chainFloor(ctx context.Context, cfg *rest.Config, cycles, conc int) (float64, error) {
+// Lease of its own; cycles per second. withEvents adds the two Events a
+// grant cycle records (Granted and Released, as the authority's recorder
+// creates them): a diagnostic of what they cost, not the floor.
+func chainFloor(ctx context.Context, cfg *rest.Config, cycles, conc int, withEvents bool) (float64, error) {
 	if err := installStandInCRD(cfg); err != nil {
 		return 0, err
 	}
@@ -89,7 +94,18 @@ func chainFloor(ctx context.Context, cfg *rest.Config, cycles, conc int) (float6
 		if err := c.Status().Patch(ctx, u, client.RawPatch(types.MergePatchType, patch)); err != nil {
 			return err
 		}
-		return c.Delete(ctx, u)
+		if withEvents {
+			if err := c.Create(ctx, standInEvent(u, fkv1.ReasonGranted)); err != nil {
+				return err
+			}
+		}
+		if err := c.Delete(ctx, u); err != nil {
+			return err
+		}
+		if withEvents {
+			return c.Create(ctx, standInEvent(u, fkv1.ReasonReleased))
+		}
+		return nil
 	}
 	if err := workers(conc, func(w int) error { return cycle(w, 0) }); err != nil { // warm-up
 		return 0, err
@@ -98,6 +114,18 @@ func chainFloor(ctx context.Context, cfg *rest.Config, cycles, conc int) (float6
 }
 
 // standIn is the claim as an object of the stand-in CRD.
+// standInEvent is an Event about u as the authority records one on a claim
+// (events.k8s.io/v1, as controller-runtime's recorder writes it).
+func standInEvent(u *unstructured.Unstructured, reason string) *eventsv1.Event {
+	return &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: u.GetNamespace(), Name: u.GetName() + "." + strings.ToLower(reason)},
+		EventTime:  metav1.NewMicroTime(time.Now()), Type: corev1.EventTypeNormal, Reason: reason, Action: "Grant",
+		Note:                "Holds lock " + u.GetName() + " with epoch 1",
+		ReportingController: "fencekeeper.io/chainfloor", ReportingInstance: "bench",
+		Regarding: corev1.ObjectReference{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID()},
+	}
+}
+
 func standIn(cl *fkv1.FencedLease) (*unstructured.Unstructured, error) {
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cl)
 	if err != nil {

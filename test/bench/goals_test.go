@@ -125,7 +125,7 @@ func TestReportJSONKeys(t *testing.T) {
 		top = append(top, k)
 	}
 	sort.Strings(top)
-	wantTop := []string{"cel_by_bindings", "chain_floor_grants_per_s", "chain_floor_throughput_breakdown", "clientgo_graceful_handoff_ms", "clientgo_takeover_before_ttl_share", "clientgo_takeover_overshoot_ms",
+	wantTop := []string{"cel_by_bindings", "chain_floor_grants_per_s", "chain_floor_throughput_breakdown", "chain_floor_with_events_grants_per_s", "chain_floor_with_events_throughput_breakdown", "clientgo_graceful_handoff_ms", "clientgo_takeover_before_ttl_share", "clientgo_takeover_overshoot_ms",
 		"current_staleness_window_ms", "election_takeover_burst_overshoot_ms", "election_takeover_burst_phases_ms", "election_takeover_overshoot_ms", "election_takeover_phases_ms", "etcd_mutex_handoff_ms", "floor_by_phase_ms", "floor_ms", "floor_throughput_breakdown", "floor_updates_per_s",
 		"graceful_handoff_ms", "grant_existing_lease_seen_ms", "grant_existing_ms", "grant_lease_seen_ms", "grant_ms", "grant_new_ms", "grants_per_s",
 		"guarded_update_cel_by_bindings_ms", "guarded_update_cel_ms", "guarded_update_ms", "handoff_lease_seen_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "request_cost_ms", "rss_mib_10k", "rss_mib_50k", "scale_all_grants_correct",

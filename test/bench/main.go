@@ -204,18 +204,32 @@ func run(quick bool, p params, only steps) error {
 		done = step(fmt.Sprintf("throughput: grant cycles, the chain floor, the Lease floor (%d at once)", conc))
 		before := cl.snapshot()
 		apiserverProfile := cl.apiserverProfile(ctx, os.Getenv("BENCH_APISERVER_PROFILE") == "1", ".bench/apiserver-cpu.pprof")
+		managerProfile := make(chan error, 1)
+		if os.Getenv("BENCH_THROUGHPUT_PROFILE") == "1" {
+			go func() { managerProfile <- cl.profile("profile", 4, ".bench/throughput-cpu.pprof") }()
+		} else {
+			managerProfile <- nil
+		}
 		if r.GrantsPerS, err = grantThroughput(ctx, c, p.throughputCycles, conc); err != nil {
 			return err
 		}
 		if err := apiserverProfile(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: kube-apiserver CPU profile:", err)
 		}
+		if err := <-managerProfile; err != nil {
+			fmt.Fprintln(os.Stderr, "bench: manager CPU profile:", err)
+		}
 		r.ThroughputBreakdown = since(before, cl.snapshot(), cl.lockWorkers)
 		before = cl.snapshot()
-		if r.ChainFloorGrantsPerS, err = chainFloor(ctx, cl.admin, p.throughputCycles, conc); err != nil {
+		if r.ChainFloorGrantsPerS, err = chainFloor(ctx, cl.admin, p.throughputCycles, conc, false); err != nil {
 			return err
 		}
 		r.ChainFloorThroughputBreakdown = since(before, cl.snapshot(), cl.lockWorkers)
+		before = cl.snapshot()
+		if r.ChainFloorWithEventsGrantsPerS, err = chainFloor(ctx, cl.admin, p.throughputCycles, conc, true); err != nil {
+			return err
+		}
+		r.ChainFloorWithEventsThroughputBreakdown = since(before, cl.snapshot(), cl.lockWorkers)
 		before = cl.snapshot()
 		if r.FloorUpdatesPerS, err = floorThroughput(ctx, c, p.throughputCycles, conc); err != nil {
 			return err

@@ -61,16 +61,19 @@ type report struct {
 	FloorUpdatesPerS       float64 `json:"floor_updates_per_s"`
 	// ChainFloorGrantsPerS: a grant cycle's requests replayed with no
 	// authority, at the throughput phase's concurrency (chainfloor.go).
-	ChainFloorGrantsPerS          float64            `json:"chain_floor_grants_per_s"`
-	ThroughputBreakdown           breakdown          `json:"throughput_breakdown"`
-	ChainFloorThroughputBreakdown breakdown          `json:"chain_floor_throughput_breakdown"`
-	FloorThroughputBreakdown      breakdown          `json:"floor_throughput_breakdown"`
-	GuardedUpdateMS               latency            `json:"guarded_update_ms"`
-	UnguardedUpdateMS             latency            `json:"unguarded_update_ms"`
-	WebhookHandlerMeanMS          float64            `json:"webhook_handler_mean_ms"`
-	GuardedUpdateCELMS            latency            `json:"guarded_update_cel_ms"`
-	UnguardedUpdateCELMS          latency            `json:"unguarded_update_cel_ms"`
-	GuardedUpdateCELByBindings    map[string]latency `json:"guarded_update_cel_by_bindings_ms"`
+	ChainFloorGrantsPerS          float64   `json:"chain_floor_grants_per_s"`
+	ThroughputBreakdown           breakdown `json:"throughput_breakdown"`
+	ChainFloorThroughputBreakdown breakdown `json:"chain_floor_throughput_breakdown"`
+	// The chain floor plus the cycle's two Events (diagnostic).
+	ChainFloorWithEventsGrantsPerS          float64            `json:"chain_floor_with_events_grants_per_s"`
+	ChainFloorWithEventsThroughputBreakdown breakdown          `json:"chain_floor_with_events_throughput_breakdown"`
+	FloorThroughputBreakdown                breakdown          `json:"floor_throughput_breakdown"`
+	GuardedUpdateMS                         latency            `json:"guarded_update_ms"`
+	UnguardedUpdateMS                       latency            `json:"unguarded_update_ms"`
+	WebhookHandlerMeanMS                    float64            `json:"webhook_handler_mean_ms"`
+	GuardedUpdateCELMS                      latency            `json:"guarded_update_cel_ms"`
+	UnguardedUpdateCELMS                    latency            `json:"unguarded_update_cel_ms"`
+	GuardedUpdateCELByBindings              map[string]latency `json:"guarded_update_cel_by_bindings_ms"`
 	// UnguardedUpdateCELByBindings: the unguarded update, interleaved with
 	// the guarded one, at each binding count.
 	UnguardedUpdateCELByBindings map[string]latency `json:"unguarded_update_cel_by_bindings_ms"`
