@@ -309,24 +309,54 @@ func (c *cluster) profile(kind string, seconds int, path string) error {
 
 // handlerTotals reads the manager's fencekeeper_admission_duration_seconds
 // histogram: the fencing handler's own time, summed over every request.
-func (c *cluster) handlerTotals() (sum, count float64) {
+// The server's: controller-runtime's webhook latency for /fence, which
+// adds reading and decoding the AdmissionReview and writing the reply.
+func (c *cluster) handlerTotals() (sum, count, serverSum, serverCount float64) {
 	m := c.managerSums([]metricSum{
 		{"sum", "fencekeeper_admission_duration_seconds_sum", ""},
 		{"count", "fencekeeper_admission_duration_seconds_count", ""},
+		{"server_sum", "controller_runtime_webhook_latency_seconds_sum", `webhook="/fence"`},
+		{"server_count", "controller_runtime_webhook_latency_seconds_count", `webhook="/fence"`},
 	})
-	return m["sum"], m["count"]
+	return m["sum"], m["count"], m["server_sum"], m["server_count"]
 }
 
-// handlerMeanMS is the webhook handler's mean time over the admission
-// requests measure made (-1: none seen).
-func (c *cluster) handlerMeanMS(measure func() error) (float64, error) {
-	sum0, count0 := c.handlerTotals()
+// webhookCallTotals reads kube-apiserver's
+// apiserver_admission_webhook_admission_duration_seconds for the fencing
+// webhook (fenced.fencekeeper.io): the call as the apiserver times it,
+// summed over every request.
+func (c *cluster) webhookCallTotals() (sum, count float64) {
+	pick := func(into *float64) func(map[string]string, float64) {
+		return func(l map[string]string, v float64) {
+			if l["name"] == "fenced.fencekeeper.io" {
+				*into += v
+			}
+		}
+	}
+	c.eachApiserverSample(map[string]func(map[string]string, float64){
+		"apiserver_admission_webhook_admission_duration_seconds_sum":   pick(&sum),
+		"apiserver_admission_webhook_admission_duration_seconds_count": pick(&count),
+	})
+	return sum, count
+}
+
+// admissionMeansMS is, over the admission requests measure made, the
+// webhook handler's mean time, the webhook server's (decoding and
+// encoding included), and the apiserver's mean time calling the webhook
+// (-1: none seen).
+func (c *cluster) admissionMeansMS(measure func() error) (handler, server, call float64, _ error) {
+	sum0, count0, ssum0, scount0 := c.handlerTotals()
+	csum0, ccount0 := c.webhookCallTotals()
 	if err := measure(); err != nil {
-		return 0, err
+		return 0, 0, 0, err
 	}
-	sum, count := c.handlerTotals()
-	if count <= count0 {
-		return -1, nil
+	sum, count, ssum, scount := c.handlerTotals()
+	csum, ccount := c.webhookCallTotals()
+	mean := func(s0, s, n0, n float64) float64 {
+		if n <= n0 {
+			return -1
+		}
+		return (s - s0) / (n - n0) * 1000
 	}
-	return (sum - sum0) / (count - count0) * 1000, nil
+	return mean(sum0, sum, count0, count), mean(ssum0, ssum, scount0, scount), mean(csum0, csum, ccount0, ccount), nil
 }

@@ -240,14 +240,14 @@ func run(quick bool, p params, only steps) error {
 
 	if only.want("admission") {
 		done = step("admission cost")
-		handlerMS, err := cl.handlerMeanMS(func() (err error) {
+		handlerMS, serverMS, callMS, err := cl.admissionMeansMS(func() (err error) {
 			r.GuardedUpdateMS, r.UnguardedUpdateMS, err = guardedVsUnguarded(ctx, c, p.guardedN)
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		r.WebhookHandlerMeanMS = round2(handlerMS)
+		r.WebhookHandlerMeanMS, r.WebhookServerMeanMS, r.WebhookCallMeanMS = round2(handlerMS), round2(serverMS), round2(callMS)
 		done()
 	}
 

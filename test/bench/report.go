@@ -65,15 +65,21 @@ type report struct {
 	ThroughputBreakdown           breakdown `json:"throughput_breakdown"`
 	ChainFloorThroughputBreakdown breakdown `json:"chain_floor_throughput_breakdown"`
 	// The chain floor plus the cycle's two Events (diagnostic).
-	ChainFloorWithEventsGrantsPerS          float64            `json:"chain_floor_with_events_grants_per_s"`
-	ChainFloorWithEventsThroughputBreakdown breakdown          `json:"chain_floor_with_events_throughput_breakdown"`
-	FloorThroughputBreakdown                breakdown          `json:"floor_throughput_breakdown"`
-	GuardedUpdateMS                         latency            `json:"guarded_update_ms"`
-	UnguardedUpdateMS                       latency            `json:"unguarded_update_ms"`
-	WebhookHandlerMeanMS                    float64            `json:"webhook_handler_mean_ms"`
-	GuardedUpdateCELMS                      latency            `json:"guarded_update_cel_ms"`
-	UnguardedUpdateCELMS                    latency            `json:"unguarded_update_cel_ms"`
-	GuardedUpdateCELByBindings              map[string]latency `json:"guarded_update_cel_by_bindings_ms"`
+	ChainFloorWithEventsGrantsPerS          float64   `json:"chain_floor_with_events_grants_per_s"`
+	ChainFloorWithEventsThroughputBreakdown breakdown `json:"chain_floor_with_events_throughput_breakdown"`
+	FloorThroughputBreakdown                breakdown `json:"floor_throughput_breakdown"`
+	GuardedUpdateMS                         latency   `json:"guarded_update_ms"`
+	UnguardedUpdateMS                       latency   `json:"unguarded_update_ms"`
+	WebhookHandlerMeanMS                    float64   `json:"webhook_handler_mean_ms"`
+	// WebhookServerMeanMS: the webhook server's time per request (the
+	// handler's, and reading, decoding and answering the review).
+	// WebhookCallMeanMS: the apiserver's own time calling the fencing
+	// webhook, per call (its admission_webhook duration histogram).
+	WebhookServerMeanMS        float64            `json:"webhook_server_mean_ms"`
+	WebhookCallMeanMS          float64            `json:"webhook_call_mean_ms"`
+	GuardedUpdateCELMS         latency            `json:"guarded_update_cel_ms"`
+	UnguardedUpdateCELMS       latency            `json:"unguarded_update_cel_ms"`
+	GuardedUpdateCELByBindings map[string]latency `json:"guarded_update_cel_by_bindings_ms"`
 	// UnguardedUpdateCELByBindings: the unguarded update, interleaved with
 	// the guarded one, at each binding count.
 	UnguardedUpdateCELByBindings map[string]latency `json:"unguarded_update_cel_by_bindings_ms"`
