@@ -199,6 +199,24 @@ func (c *cluster) writes() (leases, claimStatus float64) {
 	return
 }
 
+// mutations counts every mutating request the apiserver served (any
+// resource, dry runs left out), less its identity heartbeats and the
+// bench's floor Leases.
+func (c *cluster) mutations() float64 {
+	var n float64
+	if !c.eachRequestTotal(func(l map[string]string, v float64) {
+		switch l["verb"] {
+		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
+			if l["dry_run"] == "" {
+				n += v
+			}
+		}
+	}) {
+		return -1
+	}
+	return n - float64(c.systemLeaseWrites.Load()+floorWrites.Load())
+}
+
 // eachRequestTotal calls f with the labels and value of every
 // apiserver_request_total sample; false when the metrics cannot be read.
 func (c *cluster) eachRequestTotal(f func(labels map[string]string, v float64)) bool {

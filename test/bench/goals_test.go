@@ -33,7 +33,7 @@ func okReport() report {
 		TakeoverOvershootMS: l(50, 100), ClientgoTakeoverOvershootMS: latency{P50: -100, Min: -800, Max: 150, N: 20}, ClientgoTakeoverBeforeTTLShare: 0.35,
 		ElectionTakeoverOvershootMS: l(50, 100),
 		GracefulHandoffMS:           l(10, 20), ClientgoGracefulHandoffMS: l(200, 400), EtcdMutexHandoffMS: l(1, 3),
-		WritesPerGrant: 3, WritesPerGrantNew: 3, WritesPerGrantExisting: 2, WritesPerHandoff: 2, NoopResyncWrites: 0,
+		WritesPerGrant: 3, WritesPerGrantNew: 3, WritesPerGrantExisting: 2, WritesPerHandoff: 2, NoopResyncWrites: 0, PodHeldSteadyWrites: 0, WritesPerRenewal: 1,
 		GrantsPerS: 8, ChainFloorGrantsPerS: 10, FloorUpdatesPerS: 20,
 		GuardedUpdateMS: l(5, 13), UnguardedUpdateMS: l(4, 10), WebhookHandlerMeanMS: 0.1,
 		GuardedUpdateCELMS: l(5, 13), UnguardedUpdateCELMS: l(4, 10),
@@ -128,11 +128,11 @@ func TestReportJSONKeys(t *testing.T) {
 	wantTop := []string{"cel_by_bindings", "chain_floor_grants_per_s", "chain_floor_throughput_breakdown", "chain_floor_with_events_grants_per_s", "chain_floor_with_events_throughput_breakdown", "clientgo_graceful_handoff_ms", "clientgo_takeover_before_ttl_share", "clientgo_takeover_overshoot_ms",
 		"current_staleness_window_ms", "election_takeover_burst_overshoot_ms", "election_takeover_burst_phases_ms", "election_takeover_overshoot_ms", "election_takeover_phases_ms", "etcd_mutex_handoff_ms", "floor_by_phase_ms", "floor_ms", "floor_throughput_breakdown", "floor_updates_per_s",
 		"graceful_handoff_ms", "grant_existing_lease_seen_ms", "grant_existing_ms", "grant_lease_seen_ms", "grant_ms", "grant_new_ms", "grants_per_s",
-		"guarded_update_cel_by_bindings_ms", "guarded_update_cel_ms", "guarded_update_ms", "handoff_lease_seen_ms", "handoff_ms", "noop_resync_writes", "quick", "ratios", "request_cost_ms", "rss_mib_10k", "rss_mib_50k", "scale_all_grants_correct",
+		"guarded_update_cel_by_bindings_ms", "guarded_update_cel_ms", "guarded_update_ms", "handoff_lease_seen_ms", "handoff_ms", "noop_resync_writes", "pod_held_steady_writes", "quick", "ratios", "request_cost_ms", "rss_mib_10k", "rss_mib_50k", "scale_all_grants_correct",
 		"scale_claims", "scale_curve", "scale_locks",
 		"semaphore_admission_ms", "semaphore_grant_lease_seen_ms", "semaphore_grant_ms", "semaphore_handoff_lease_seen_ms", "semaphore_handoff_ms",
 		"stale_refused_after_release_ms", "takeover_burst_overshoot_ms", "takeover_overshoot_ms", "throughput_breakdown", "unguarded_update_cel_by_bindings_ms", "unguarded_update_cel_ms", "unguarded_update_ms", "webhook_call_mean_ms", "webhook_handler_mean_ms", "webhook_server_mean_ms",
-		"writes_per_grant", "writes_per_grant_existing", "writes_per_grant_new", "writes_per_handoff"}
+		"writes_per_grant", "writes_per_grant_existing", "writes_per_grant_new", "writes_per_handoff", "writes_per_renewal"}
 	if !slices.Equal(top, wantTop) {
 		t.Errorf("top-level keys\n got %v\nwant %v", top, wantTop)
 	}
@@ -208,6 +208,8 @@ func TestVerdictFlipsAtTheLimit(t *testing.T) {
 		{"writes_per_grant (new lock)", func(r *report) { r.WritesPerGrant = 3.01 }},
 		{"writes_per_handoff (1000 waiters)", func(r *report) { r.WritesPerHandoff = 2.01 }},
 		{"noop_resync_writes", func(r *report) { r.NoopResyncWrites = 1 }},
+		{"pod_held_steady_writes", func(r *report) { r.PodHeldSteadyWrites = 1 }},
+		{"writes_per_renewal", func(r *report) { r.WritesPerRenewal = 1.1 }},
 		{"grants_per_s", func(r *report) { r.GrantsPerS = 7.99 }},
 		{"grants_per_s", func(r *report) { r.ChainFloorGrantsPerS = 10.01 }},
 		{"guarded_update_ms", func(r *report) { r.GuardedUpdateMS.P99 = 13.01 }},

@@ -171,6 +171,17 @@ func run(quick bool, p params, only steps) error {
 		done()
 	}
 
+	if only.want("steady") {
+		done = step(fmt.Sprintf("steady state: pods holding leases, library holders renewing (%d each, %v)", steadyLocks, steadyWindow))
+		if r.PodHeldSteadyWrites, err = measurePodHeldWrites(ctx, cl, c); err != nil {
+			return err
+		}
+		if r.WritesPerRenewal, err = measureWritesPerRenewal(ctx, cl, cl.admin, c); err != nil {
+			return err
+		}
+		done()
+	}
+
 	if only.want("takeover") {
 		done = step("takeover (fencekeeper and client-go leader election)")
 		if r.TakeoverOvershootMS, err = measureTakeover(ctx, c, p.takeoverRuns, p.ttl, false); err != nil {

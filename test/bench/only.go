@@ -10,7 +10,7 @@ import (
 )
 
 // stepNames are the steps BENCH_ONLY can name, in the order they run.
-var stepNames = []string{"grant", "handoff", "etcd-mutex", "resync", "takeover", "graceful", "throughput", "admission", "semaphore", "cel", "staleness", "scale"}
+var stepNames = []string{"grant", "handoff", "etcd-mutex", "resync", "steady", "takeover", "graceful", "throughput", "admission", "semaphore", "cel", "staleness", "scale"}
 
 // steps is the set BENCH_ONLY chose; nil runs every step.
 type steps map[string]bool

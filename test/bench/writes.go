@@ -45,15 +45,20 @@ func measureNoopResync(cl *cluster, syncPeriod time.Duration) (float64, error) {
 
 // settle waits until the manager has written nothing for 3s (at most 2m).
 func settle(cl *cluster) error {
+	return settleOn(func() float64 { l, s := cl.writes(); return l + s }, "the manager kept writing for 2m")
+}
+
+// settleOn waits until count has not moved for 3s (at most 2m).
+func settleOn(count func() float64, what string) error {
 	deadline := time.Now().Add(2 * time.Minute)
-	l, s := cl.writes()
+	n := count()
 	for time.Now().Before(deadline) {
 		time.Sleep(3 * time.Second)
-		l2, s2 := cl.writes()
-		if l2 == l && s2 == s {
+		n2 := count()
+		if n2 == n {
 			return nil
 		}
-		l, s = l2, s2
+		n = n2
 	}
-	return fmt.Errorf("the manager kept writing for 2m")
+	return fmt.Errorf("%s", what)
 }
