@@ -178,7 +178,7 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 	if a.timeoutWake > 0 && (wake == 0 || a.timeoutWake < wake) {
 		wake = a.timeoutWake
 	}
-	return ctrl.Result{RequeueAfter: wake}, nil
+	return timer(wake), nil
 }
 
 // endedFirst orders the status writes so that no observer ever sees more

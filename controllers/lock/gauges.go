@@ -73,6 +73,9 @@ var (
 		"Age of the oldest waiting claim (from its creationTimestamp); 0 when nobody waits.", nil, nil)
 	longestHoldDesc = prometheus.NewDesc("fencekeeper_longest_hold_seconds",
 		"How long the longest current hold has lasted (since its grant) across the locks this authority knows; 0 when nothing is held.", nil, nil)
+	memoryLocksDesc = prometheus.NewDesc("fencekeeper_authority_memory_locks",
+		"Locks the authority remembers, per memory: renewal clock, views, expectations (idle locks are forgotten), floors (kept while the lock's Lease exists).",
+		[]string{"memory"}, nil)
 	contendedDesc = prometheus.NewDesc("fencekeeper_contended_locks",
 		"Waiting claims of the 10 most contended locks (only those: bounded cardinality).", []string{"namespace", "lock"}, nil)
 )
@@ -94,6 +97,29 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- oldestWaiterDesc
 	ch <- longestHoldDesc
 	ch <- contendedDesc
+	ch <- memoryLocksDesc
+}
+
+// collectMemory reports fencekeeper_authority_memory_locks, counted on
+// the scrape (one pass over the memories) rather than on every reconcile,
+// whose cost would then grow with the number of locks. Several authorities
+// in one process (tests) are summed.
+func (c *queueCollector) collectMemory(ch chan<- prometheus.Metric) {
+	var sum Memory
+	c.sources.each(func(m *memory) {
+		n := m.counts()
+		sum.Clock += n.Clock
+		sum.Floors += n.Floors
+		sum.Views += n.Views
+		sum.Expectations += n.Expectations
+		sum.Uncertain += n.Uncertain
+	})
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"clock", sum.Clock}, {"floors", sum.Floors}, {"views", sum.Views}, {"expectations", sum.Expectations}, {"uncertain", sum.Uncertain}} {
+		ch <- prometheus.MustNewConstMetric(memoryLocksDesc, prometheus.GaugeValue, float64(v.n), v.name)
+	}
 }
 
 type contended struct {
@@ -113,6 +139,7 @@ func (a contended) more(b contended) bool {
 }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	c.collectMemory(ch)
 	// Several authorities in one process (tests) may know the same lock:
 	// each lock counts once, as the authority that saw the most waiters
 	// and the earliest hold shows it.

@@ -26,10 +26,6 @@ var (
 	epochsExhausted = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencekeeper_epochs_exhausted_total", Help: "Reconciles that could not grant a waiter because the lock issued the largest epoch (2^63-1).",
 	})
-	memoryLocks = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fencekeeper_authority_memory_locks",
-		Help: "Locks the authority remembers, per memory: renewal clock, views, expectations (idle locks are forgotten), floors (kept while the lock's Lease exists).",
-	}, []string{"memory"})
 	acquireTimeoutsTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencekeeper_acquire_timeouts_total", Help: "Waiting claims ended without an epoch because their spec.acquireTimeoutSeconds ran out.",
 	})
@@ -63,7 +59,7 @@ const (
 )
 
 func init() {
-	metrics.Registry.MustRegister(grants, expirations, releases, forcedReleases, queueFullRejections, acquireTimeoutsTotal, floorRepairs, lockConflicts, epochsExhausted, memoryLocks,
+	metrics.Registry.MustRegister(grants, expirations, releases, forcedReleases, queueFullRejections, acquireTimeoutsTotal, floorRepairs, lockConflicts, epochsExhausted,
 		acquireWait, holdDuration, newQueueCollector(gaugeSources, clock.RealClock{}))
 	// Every series exists from the start (at zero), so /metrics shows every
 	// name and rate() sees the first hold that ends.
@@ -120,13 +116,3 @@ func observeHoldEnded(g gathered, a action, now time.Time) {
 
 // Memory returns what r holds in memory now.
 func (r *Reconciler) Memory() Memory { return r.memory.counts() }
-
-// reportMemory sets fencekeeper_authority_memory_locks from r's maps.
-func (r *Reconciler) reportMemory() {
-	m := r.Memory()
-	memoryLocks.WithLabelValues("clock").Set(float64(m.Clock))
-	memoryLocks.WithLabelValues("floors").Set(float64(m.Floors))
-	memoryLocks.WithLabelValues("views").Set(float64(m.Views))
-	memoryLocks.WithLabelValues("expectations").Set(float64(m.Expectations))
-	memoryLocks.WithLabelValues("uncertain").Set(float64(m.Uncertain))
-}

@@ -286,3 +286,26 @@ func TestMetricsLockKnownToTwoAuthorities(t *testing.T) {
 	g.Expect(got["fencekeeper_waiters"]).To(Equal(5.0))
 	g.Expect(got).To(HaveLen(2))
 }
+
+// fencekeeper_authority_memory_locks is counted on the scrape, from the
+// memories as they are then (not as a reconcile last left a gauge).
+func TestMetricsMemoryLocksOnScrape(t *testing.T) {
+	g := NewWithT(t)
+	q := &memory{locks: map[types.NamespacedName]*lockMemory{}}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(newQueueCollector(only(q), clocktesting.NewFakePassiveClock(t0)))
+	key := func(m string) string { return fmt.Sprintf("fencekeeper_authority_memory_locks{memory=%q}", m) }
+	g.Expect(gauges(t, reg, "fencekeeper_authority_memory_locks")).To(Equal(map[string]float64{
+		key("clock"): 0, key("floors"): 0, key("views"): 0, key("expectations"): 0, key("uncertain"): 0,
+	}))
+	r := &Reconciler{memory: q}
+	for i := range 3 {
+		remember(r, types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("l%d", i)}, func(m *lockMemory) {
+			m.renewalSeen, m.floor = true, int64(10+i)
+			m.uncertain = i == 0
+		})
+	}
+	g.Expect(gauges(t, reg, "fencekeeper_authority_memory_locks")).To(Equal(map[string]float64{
+		key("clock"): 3, key("floors"): 3, key("views"): 0, key("expectations"): 0, key("uncertain"): 1,
+	}))
+}

@@ -117,7 +117,6 @@ func NewReconciler(c client.Client, apiReader client.Reader, recorder events.Eve
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	lock := req.NamespacedName
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("lock", lock.String()))
-	defer r.reportMemory()
 
 	// One copy of the lock's memory, written back once, however the
 	// reconcile ends.
@@ -185,7 +184,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("lock").
 		WatchesRawSource(source.Channel(r.floor.ready, &handler.EnqueueRequestForObject{})).
-		Watches(&fkv1.FencedLease{}, handler.EnqueueRequestsFromMapFunc(claimToLock)).
+		Watches(&fkv1.FencedLease{}, claimEvents()).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseToLock), builder.WithPredicates(managed)).
 		// A pod's readiness is the renewal of its lease.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToLock), builder.WithPredicates(pods.AsksForLease)).
