@@ -6,6 +6,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -103,6 +104,26 @@ func (c *cluster) managerSums(sums []metricSum) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// drainLockQueue waits until the lock controller's queue is empty
+// (workqueue_depth) on two readings 100 ms apart, at most max; it returns
+// how long that took.
+func (c *cluster) drainLockQueue(max time.Duration) (time.Duration, error) {
+	start := time.Now()
+	empty := 0
+	for time.Since(start) < max {
+		m := c.managerSums([]metricSum{{"depth", "workqueue_depth", `name="lock"`}})
+		if d, ok := m["depth"]; ok && d == 0 {
+			if empty++; empty == 2 {
+				return time.Since(start), nil
+			}
+		} else {
+			empty = 0
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("the lock controller's queue was not empty within %v", max)
 }
 
 // apiserverRequests sums apiserver_request_total: every request, and the

@@ -331,7 +331,7 @@ func run(quick bool, p params, only steps) error {
 			if r.ScaleCurve, err = scaleCurve(ctx, c, cl, []int{1000, 5000, 10000, 25000, 50000}); err != nil {
 				return err
 			}
-			if n := len(r.ScaleCurve); n > 0 && r.ScaleCurve[n-1].Claims >= 50000 && r.ScaleCurve[n-1].Correct {
+			if n := len(r.ScaleCurve); n > 0 && r.ScaleCurve[n-1].Claims >= 50000 && r.ScaleCurve[n-1].Correct && r.ScaleCurve[n-1].Error == "" {
 				r.RSSMiB50k = r.ScaleCurve[n-1].RSSMiB
 			}
 			done()

@@ -87,13 +87,24 @@ type scalePoint struct {
 	// HandoffP99MS: the tail of 10 one-waiter handoffs, so their max (as
 	// a p99 of 10 always was).
 	HandoffP99MS float64 `json:"handoff_p99_ms"`
-	Correct      bool    `json:"all_grants_correct"`
+	// QueueDrainS: from the step's last grant seen to the lock
+	// controller's queue first empty (its reconciles of the step's
+	// waiting claims' statuses).
+	QueueDrainS float64 `json:"queue_drain_s"`
+	// HandoffBehindBacklogMaxMS: the max of 10 one-waiter handoffs timed
+	// right after the step, before the queue drained (-1: one failed).
+	HandoffBehindBacklogMaxMS float64 `json:"handoff_behind_backlog_max_ms"`
+	Correct                   bool    `json:"all_grants_correct"`
+	// Error: why the point's handoffs could not be timed (the curve
+	// stopped there).
+	Error string `json:"error,omitempty"`
 }
 
 // scaleCurve adds claims in steps (two per lock) until the cluster holds
 // each target, and after each step reports the manager's RSS, the step's
 // grants/s (its locks over the time from the first create to the last
-// grant) and the max of 10 one-waiter handoffs at that size.
+// grant) and the max of 10 one-waiter handoffs at that size, timed once
+// the lock controller's queue has drained.
 func scaleCurve(ctx context.Context, c client.WithWatch, cl *cluster, targets []int) ([]scalePoint, error) {
 	var points []scalePoint
 	for _, target := range targets {
@@ -111,9 +122,28 @@ func scaleCurve(ctx context.Context, c client.WithWatch, cl *cluster, targets []
 			return points, fmt.Errorf("scale curve at %d claims: %w", target, err)
 		}
 		elapsed := time.Since(start)
+		// Handoffs right after the step, while the lock controller still
+		// works through the step's backlog (reported), then at that size:
+		// once its queue has drained (how long that took is reported).
+		backlogMax := -1.0
+		if hb, err := measureHandoff(ctx, c, cl, 1, 10, ""); err == nil {
+			backlogMax = hb.held.Max
+		} else {
+			fmt.Fprintf(os.Stderr, "    %d claims: a handoff behind the step's backlog failed: %v\n", target, err)
+		}
+		drained, err := cl.drainLockQueue(5 * time.Minute)
+		if err != nil {
+			return points, fmt.Errorf("scale curve at %d claims: %w", target, err)
+		}
 		h, err := measureHandoff(ctx, c, cl, 1, 10, "")
 		if err != nil {
-			return points, err
+			// Reported as the point's error: the curve stops there, the
+			// rest of the report is kept.
+			p := scalePoint{Claims: target, RSSMiB: round2(rss), GrantsPerS: round2(float64(add/2) / elapsed.Seconds()),
+				QueueDrainS: round2(drained.Seconds()), Correct: correct, Error: "handoff: " + err.Error()}
+			fmt.Fprintf(os.Stderr, "    %d claims: RSS %.1f MiB, %.0f grants/s, queue drained in %.1f s, handoff failed: %v\n",
+				target, p.RSSMiB, p.GrantsPerS, p.QueueDrainS, err)
+			return append(points, p), nil
 		}
 		if err := c.List(ctx, &all); err != nil {
 			return points, err
@@ -123,9 +153,9 @@ func scaleCurve(ctx context.Context, c client.WithWatch, cl *cluster, targets []
 			locks[it.Namespace+"/"+it.Spec.LockName] = true
 		}
 		p := scalePoint{Claims: len(all.Items), Locks: len(locks), RSSMiB: round2(rss),
-			GrantsPerS: round2(float64(add/2) / elapsed.Seconds()), HandoffP99MS: h.held.tail(), Correct: correct}
-		fmt.Fprintf(os.Stderr, "    %d claims / %d locks: RSS %.1f MiB, %.0f grants/s, handoff max %.1f ms, correct=%v\n",
-			p.Claims, p.Locks, p.RSSMiB, p.GrantsPerS, p.HandoffP99MS, p.Correct)
+			GrantsPerS: round2(float64(add/2) / elapsed.Seconds()), QueueDrainS: round2(drained.Seconds()), HandoffBehindBacklogMaxMS: round2(backlogMax), HandoffP99MS: h.held.tail(), Correct: correct}
+		fmt.Fprintf(os.Stderr, "    %d claims / %d locks: RSS %.1f MiB, %.0f grants/s, handoff behind the step's backlog max %.1f ms, queue drained in %.1f s, handoff max %.1f ms, correct=%v\n",
+			p.Claims, p.Locks, p.RSSMiB, p.GrantsPerS, p.HandoffBehindBacklogMaxMS, p.QueueDrainS, p.HandoffP99MS, p.Correct)
 		points = append(points, p)
 	}
 	return points, nil
