@@ -133,7 +133,9 @@ func scaleCurve(ctx context.Context, c client.WithWatch, cl *cluster, targets []
 		}
 		drained, err := cl.drainLockQueue(5 * time.Minute)
 		if err != nil {
-			return points, fmt.Errorf("scale curve at %d claims: %w", target, err)
+			fmt.Fprintf(os.Stderr, "    %d claims: %v\n", target, err)
+			return append(points, scalePoint{Claims: target, RSSMiB: round2(rss), GrantsPerS: round2(float64(add/2) / elapsed.Seconds()),
+				HandoffBehindBacklogMaxMS: round2(backlogMax), Correct: correct, Error: err.Error()}), nil
 		}
 		h, err := measureHandoff(ctx, c, cl, 1, 10, "")
 		if err != nil {
