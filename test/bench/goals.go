@@ -168,6 +168,24 @@ var goals = append([]goal{
 		},
 		num: func(r report) float64 { return r.RSSMiB50k }, den: constant(600), cmp: atMost, limit: 1, target: "<= %g MiB, all correct",
 		skipped: func(r report) bool { return r.RSSMiB50k == 0 }},
+	{figure: "scale_curve handoff at 50,000 claims", key: "scale_50k_handoff_max_over_floor_p99",
+		value: func(r report) string {
+			if r.RSSMiB50k == 0 {
+				return "not measured (BENCH_SCALE_CURVE=1 runs the curve)"
+			}
+			last := r.ScaleCurve[len(r.ScaleCurve)-1]
+			return fmt.Sprintf("max %.2f (n=10, once the queue drained, %.1f s after the step; behind its backlog: max %.2f); the run's floor p99 %.2f",
+				last.HandoffP99MS, last.QueueDrainS, last.HandoffBehindBacklogMaxMS, r.FloorMS.P99)
+		},
+		num: func(r report) float64 {
+			if r.RSSMiB50k == 0 {
+				return 0
+			}
+			return r.ScaleCurve[len(r.ScaleCurve)-1].HandoffP99MS
+		},
+		den: func(r report) float64 { return r.FloorMS.P99 }, cmp: atMost, limit: 3.5,
+		target:  "p99 <= %gx the floor p99, the chart's defaults [on the max: n < 200; the run's floor]",
+		skipped: func(r report) bool { return r.RSSMiB50k == 0 }},
 }, semaphoreGoals()...)
 
 // notMeasured are the design's goals this harness does not measure yet;

@@ -40,7 +40,7 @@ func okReport() report {
 		GuardedUpdateCELByBindings:   map[string]latency{"bindings_10": l(5, 13), "bindings_1000": l(5, 15), "bindings_5000": l(5, 20)},
 		UnguardedUpdateCELByBindings: map[string]latency{"bindings_10": l(4, 10), "bindings_1000": l(4, 10), "bindings_5000": l(4, 10)},
 		CELByBindings:                []celPoint{{Bindings: 10, GuardedMS: l(5, 13), UnguardedMS: l(4, 10), GuardedOverUnguarded: 1.3}},
-		RSSMiB10k:                    150, RSSMiB50k: 600, ScaleCurve: []scalePoint{{Claims: 50000, Locks: 25000, RSSMiB: 600, Correct: true}}, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
+		RSSMiB10k:                    150, RSSMiB50k: 600, ScaleCurve: []scalePoint{{Claims: 50000, Locks: 25000, RSSMiB: 600, HandoffP99MS: 35, Correct: true}}, ScaleClaims: 10000, ScaleLocks: 5000, ScaleCorrect: true,
 		SemaphoreGrantMS:            map[string]latency{"permits_held_0": l(8, 30), "permits_held_1": l(8, 30), "permits_held_2": l(9, 40), "mutex": l(6, 20)},
 		SemaphoreGrantLeaseSeenMS:   map[string]latency{"permits_held_0": l(6, 25), "permits_held_1": l(6, 25), "permits_held_2": l(6, 25), "mutex": l(5, 15)},
 		SemaphoreHandoffMS:          map[string]latency{"semaphore": l(10, 30), "mutex": l(5, 20)},
@@ -221,6 +221,9 @@ func TestVerdictFlipsAtTheLimit(t *testing.T) {
 		}},
 		{"rss_mib_10k", func(r *report) { r.RSSMiB10k = 150.1 }},
 		{"rss_mib_50k", func(r *report) { r.RSSMiB50k = 600.1 }},
+		{"scale_curve handoff at 50,000 claims", func(r *report) {
+			r.ScaleCurve = []scalePoint{{Claims: 50000, Locks: 25000, RSSMiB: 600, HandoffP99MS: 35.01, Correct: true}} // a copy: base keeps its own
+		}},
 		{"rss_mib_10k", func(r *report) { r.ScaleCorrect = false }},
 		{"grant_new_ms p50 (the Lease names the claim)", func(r *report) {
 			r.GrantLeaseSeenMS.P50 = 0
