@@ -122,6 +122,15 @@ func scaleCurve(ctx context.Context, c client.WithWatch, cl *cluster, targets []
 			return points, fmt.Errorf("scale curve at %d claims: %w", target, err)
 		}
 		elapsed := time.Since(start)
+		// The size the RSS was read at: before the handoffs below, whose
+		// holders' claims are deleted.
+		if err := c.List(ctx, &all); err != nil {
+			return points, err
+		}
+		locks := map[string]bool{}
+		for _, it := range all.Items {
+			locks[it.Namespace+"/"+it.Spec.LockName] = true
+		}
 		// Handoffs right after the step, while the lock controller still
 		// works through the step's backlog (reported), then at that size:
 		// once its queue has drained (how long that took is reported).
@@ -146,13 +155,6 @@ func scaleCurve(ctx context.Context, c client.WithWatch, cl *cluster, targets []
 			fmt.Fprintf(os.Stderr, "    %d claims: RSS %.1f MiB, %.0f grants/s, queue drained in %.1f s, handoff failed: %v\n",
 				target, p.RSSMiB, p.GrantsPerS, p.QueueDrainS, err)
 			return append(points, p), nil
-		}
-		if err := c.List(ctx, &all); err != nil {
-			return points, err
-		}
-		locks := map[string]bool{}
-		for _, it := range all.Items {
-			locks[it.Namespace+"/"+it.Spec.LockName] = true
 		}
 		p := scalePoint{Claims: len(all.Items), Locks: len(locks), RSSMiB: round2(rss),
 			GrantsPerS: round2(float64(add/2) / elapsed.Seconds()), QueueDrainS: round2(drained.Seconds()), HandoffBehindBacklogMaxMS: round2(backlogMax), HandoffP99MS: h.held.tail(), Correct: correct}
