@@ -148,7 +148,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	p := &player{o: o, cs: cs, runs: map[types.UID]*podRun{}, deployments: map[types.UID]deploymentKey{}, logged: map[string]string{}}
+	p := &player{o: o, cs: cs, runs: map[types.UID]*podRun{}, hostPorts: map[int32]bool{}, deployments: map[types.UID]deploymentKey{}, logged: map[string]string{}}
 	defer p.stopAll()
 	t := time.NewTicker(o.Interval)
 	defer t.Stop()
@@ -170,6 +170,10 @@ type player struct {
 
 	mu   sync.Mutex
 	runs map[types.UID]*podRun // by pod UID
+	// hostPorts are the host ports handed out, never twice: a port one
+	// pod's container has not bound yet is free to the OS, not to another
+	// pod.
+	hostPorts map[int32]bool
 	// deployments it has run pods for, so that it cleans up after them.
 	deployments map[types.UID]deploymentKey
 	logOut      sync.Mutex

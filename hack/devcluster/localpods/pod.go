@@ -137,9 +137,10 @@ func (p *player) newRun(ctx context.Context, deployment types.UID, pod *corev1.P
 	if err := os.MkdirAll(r.dir, 0o700); err != nil {
 		return nil, err
 	}
-	used := map[int32]bool{}
 	for _, cp := range r.container.Ports {
-		host, err := freePort(used)
+		p.mu.Lock()
+		host, err := freePort(p.hostPorts)
+		p.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
@@ -169,7 +170,8 @@ func (p *player) newRun(ctx context.Context, deployment types.UID, pod *corev1.P
 	return r, nil
 }
 
-// freePort returns a TCP port free on this host now, not in used.
+// freePort returns a TCP port free on this host now, not in used, and
+// adds it to used.
 func freePort(used map[int32]bool) (int32, error) {
 	for range 20 {
 		l, err := net.Listen("tcp", ":0")
