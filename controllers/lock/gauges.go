@@ -106,14 +106,7 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 // in one process (tests) are summed.
 func (c *queueCollector) collectMemory(ch chan<- prometheus.Metric) {
 	var sum Memory
-	c.sources.each(func(m *memory) {
-		n := m.counts()
-		sum.Clock += n.Clock
-		sum.Floors += n.Floors
-		sum.Views += n.Views
-		sum.Expectations += n.Expectations
-		sum.Uncertain += n.Uncertain
-	})
+	c.sources.each(func(m *memory) { m.addCounts(&sum) })
 	for _, v := range []struct {
 		name string
 		n    int

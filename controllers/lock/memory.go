@@ -210,9 +210,15 @@ type Memory struct{ Clock, Floors, Views, Expectations, Uncertain int }
 
 // counts returns what m holds now.
 func (m *memory) counts() Memory {
+	var c Memory
+	m.addCounts(&c)
+	return c
+}
+
+// addCounts adds what m holds now to c.
+func (m *memory) addCounts(c *Memory) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var c Memory
 	for _, l := range m.locks {
 		c.Clock += b2i(l.renewalSeen)
 		c.Floors += b2i(l.floor != 0)
@@ -220,7 +226,6 @@ func (m *memory) counts() Memory {
 		c.Expectations += b2i(len(l.claimWrites) != 0)
 		c.Uncertain += b2i(l.uncertain)
 	}
-	return c
 }
 
 func b2i(b bool) int {
