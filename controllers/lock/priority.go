@@ -18,6 +18,9 @@ import (
 // It goes ahead of new claims and status changes (priority 0) and of
 // resyncs (controller-runtime's low priority), so a burst of thousands of
 // new claims does not delay the next holder of a lock already held.
+// controller-runtime's queue keeps an item's higher priority when it is
+// added again, so a lock whose timer is pending (one with a holder or a
+// bounded waiter) is taken at PriorityHandover for any event until then.
 // Ordering only: what a reconcile decides does not depend on it.
 const PriorityHandover = 10
 
