@@ -222,6 +222,7 @@ func (c *Client) Acquire(ctx context.Context, lock, holder string, opts Options)
 	}
 	l.Epoch = g.epoch
 	l.TTL = claim.LeaseDuration()
+	l.watches = g.watches
 	// The first renewal starts from the Lease version that showed the
 	// grant, when one did (no read needed). A permit renews a Lease of its
 	// own: the lock's Lease is then only what it checks its grant on.
@@ -236,6 +237,7 @@ func (c *Client) Acquire(ctx context.Context, lock, holder string, opts Options)
 	if err := l.start(ctx, g.source); err != nil {
 		// Granted but never renewed: give the claim up rather than leave it
 		// to block the lock for a TTL and then stay Expired forever.
+		l.watches.stop()
 		c.leaveQueue(claim, opts.RequestTimeout)
 		return nil, err
 	}
@@ -340,6 +342,29 @@ type grant struct {
 	// lease is the Lease version that showed the grant (nil when it was
 	// seen on the claim first): the first renewal starts from it.
 	lease *coordinationv1.Lease
+	// watches are the follows the wait had open, which the held lease goes
+	// on with (set by waitGrant on a grant).
+	watches heldWatches
+}
+
+// heldWatches are the follows a granted holder goes on with: its claim's,
+// and the lock's Lease's when the grant was seen there (every later event
+// of it is newer than the grant). A nil follow is started afresh. Each
+// runs on a context of its own under the lease's, ended by its stop.
+type heldWatches struct {
+	claims     <-chan seen[*fkv1.FencedLease]
+	stopClaims context.CancelFunc
+	leases     <-chan seen[*coordinationv1.Lease]
+	stopLeases context.CancelFunc
+}
+
+// stop ends the follows still open.
+func (w heldWatches) stop() {
+	for _, f := range []context.CancelFunc{w.stopClaims, w.stopLeases} {
+		if f != nil {
+			f()
+		}
+	}
 }
 
 // waitGrant waits until the claim is granted, Expired, deleted, or ctx
@@ -360,22 +385,39 @@ type grant struct {
 // wait, a lock's Lease has O(1) watchers: its holder and its head waiter.
 // Without the mark (an authority that does not set it) waiters behind the
 // first learn of their grant from their claim's status.
-func (c *Client) waitGrant(ctx context.Context, l *Lease, claim *fkv1.FencedLease) (grant, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+//
+// The follows run on the lease's context, not the caller's: on a grant
+// they are handed over (grant.watches) and the held lease's loss watches go
+// on with them, so taking the grant costs no read of the claim and no new
+// watch. The Lease's follow is handed over only when it showed the grant:
+// after a grant seen on the claim it may still lag behind, with versions
+// naming the previous holder to come.
+func (c *Client) waitGrant(ctx context.Context, l *Lease, claim *fkv1.FencedLease) (g grant, err error) {
 	key := client.ObjectKeyFromObject(claim)
-	claims := follow(ctx, c.c, key, claimKind, true, claim.ResourceVersion)
+	cctx, stopClaims := context.WithCancel(l.ctx)
+	claims := follow(cctx, c.c, key, claimKind, true, claim.ResourceVersion)
 
 	var (
 		leases     <-chan seen[*coordinationv1.Lease]
 		stopLeases = func() {}
 		leaseOff   bool // the Lease cannot be watched (Forbidden, say)
 	)
-	defer func() { stopLeases() }()
+	defer func() {
+		switch {
+		case err != nil:
+			stopClaims()
+			stopLeases()
+		case g.source == sourceLease:
+			g.watches = heldWatches{claims: claims, stopClaims: stopClaims, leases: leases, stopLeases: stopLeases}
+		default:
+			stopLeases()
+			g.watches = heldWatches{claims: claims, stopClaims: stopClaims}
+		}
+	}()
 	watchLease := func(on bool) {
 		switch {
 		case on && leases == nil && !leaseOff:
-			lctx, cancel := context.WithCancel(ctx)
+			lctx, cancel := context.WithCancel(l.ctx)
 			leases, stopLeases = follow(lctx, c.c, client.ObjectKey{Namespace: c.namespace, Name: l.Lock}, leaseKind, false, ""), cancel
 		case !on && leases != nil:
 			stopLeases()

@@ -21,6 +21,9 @@
 // has O(1) watchers however many wait.
 // A holder watches both, and is LOST the moment either stops showing its
 // grant (the pair of claim UID and epoch), not only at its next renewal.
+// It goes on with the watches it waited with (its claim's, and the Lease's
+// when that showed the grant), so taking a grant costs one renewal and no
+// read or new watch of the claim.
 // Waits can be bounded on the server: Options.AcquireTimeout sets the
 // claim's acquireTimeoutSeconds, so the authority ends a claim still waiting
 // then even if its process crashed (ErrAcquireTimeout; the library deletes

@@ -65,6 +65,9 @@ type Lease struct {
 	ledger          *coordinationv1.Lease
 	ledgerUnwatched bool
 	permitLeaseSeen bool
+	// watches are the wait's follows the loss watches go on with; set
+	// before they start, read once by each.
+	watches heldWatches
 	// since is elapsed.Since (tests play a suspend with another).
 	since func(time.Time) time.Duration
 }
@@ -317,7 +320,12 @@ func (l *Lease) watchLease() {
 		rv = ref.ResourceVersion
 	}
 	l.mu.Unlock()
-	leases := follow(ctx, l.cl.c, client.ObjectKey{Namespace: l.Namespace, Name: l.Lock}, leaseKind, true, rv)
+	leases := l.watches.leases
+	if leases != nil {
+		defer l.watches.stopLeases()
+	} else {
+		leases = follow(ctx, l.cl.c, client.ObjectKey{Namespace: l.Namespace, Name: l.Lock}, leaseKind, true, rv)
+	}
 	for {
 		select {
 		case <-l.stop:
@@ -367,8 +375,15 @@ func (l *Lease) watchClaim() {
 	defer l.wg.Done()
 	ctx, cancel := context.WithCancel(l.ctx)
 	defer cancel()
-	// Read first, then watch from that version: nothing between is missed.
-	claims := follow(ctx, l.cl.c, client.ObjectKey{Namespace: l.Namespace, Name: l.ClaimName}, claimKind, true, "")
+	// The wait's follow, which has seen every version since the claim's
+	// create; else read first, then watch from that version: nothing
+	// between is missed.
+	claims := l.watches.claims
+	if claims != nil {
+		defer l.watches.stopClaims()
+	} else {
+		claims = follow(ctx, l.cl.c, client.ObjectKey{Namespace: l.Namespace, Name: l.ClaimName}, claimKind, true, "")
+	}
 	for {
 		select {
 		case <-l.stop:

@@ -148,6 +148,46 @@ func countingClient(ns, lock string) (*lease.Client, *leaseWatches) {
 	return lease.NewClientFrom(c, ns).WithLogger(logf.Log.WithName("holder")), w
 }
 
+// requestCounts counts a client's requests in one namespace by verb
+// (WATCH for a watch) and resource (the path's last segment, subresource
+// included: "fencedleases/status").
+type requestCounts struct {
+	next http.RoundTripper
+	ns   string
+	mu   sync.Mutex
+	n    map[string]int
+}
+
+func (r *requestCounts) RoundTrip(req *http.Request) (*http.Response, error) {
+	if _, rest, ok := strings.Cut(req.URL.Path, "/namespaces/"+r.ns+"/"); ok {
+		verb := req.Method
+		if req.URL.Query().Get("watch") == "true" {
+			verb = "WATCH"
+		}
+		resource := rest
+		if parts := strings.Split(rest, "/"); len(parts) == 3 {
+			resource = parts[0] + "/" + parts[2]
+		} else {
+			resource = parts[0]
+		}
+		r.mu.Lock()
+		r.n[verb+" "+resource]++
+		r.mu.Unlock()
+	}
+	return r.next.RoundTrip(req)
+}
+
+// counts is a copy of the counts so far.
+func (r *requestCounts) counts() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.n))
+	for k, v := range r.n {
+		out[k] = v
+	}
+	return out
+}
+
 // apiserverLeaseWatches is the number of Lease watches kube-apiserver is
 // serving (apiserver_longrunning_requests, all scopes).
 func apiserverLeaseWatches() float64 {
@@ -354,6 +394,111 @@ var _ = Describe("How a holder learns of its grant and its loss", func() {
 
 		Eventually(w1.Done(), 5*time.Second).Should(BeClosed())
 		Eventually(rec.lostReason, 2*time.Second).Should(ContainSubstring("the grant's records disagree"))
+	})
+
+	It("goes on with the watches it waited with once granted: no read of its claim and no new watch of it", func() {
+		rc := &requestCounts{ns: ns, n: map[string]int{}}
+		cfg := rest.CopyConfig(env.Admin)
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { rc.next = rt; return rc }
+		c, err := client.NewWithWatch(cfg, client.Options{Scheme: lease.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
+		holder := lease.NewClientFrom(c, ns).WithLogger(logf.Log.WithName("holder"))
+
+		// A holder that waits behind W0 is told by the Lease (it is the
+		// head waiter); one on a free lock by whichever record it sees first.
+		w0, err := holder.Acquire(ctx, "report", "W0", lease.Options{TTL: 60 * time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		rec := &recorder{}
+		got := make(chan *lease.Lease, 1)
+		go func() {
+			defer GinkgoRecover()
+			w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 60 * time.Second, OnTransition: rec.record})
+			Expect(err).NotTo(HaveOccurred())
+			got <- w1
+		}()
+		Eventually(func() []string {
+			var out []string
+			for _, c := range claims(ns) {
+				if c.Spec.HolderIdentity == "W1" {
+					out = append(out, heldReason(&c))
+				}
+			}
+			return out
+		}, 10*time.Second).Should(Equal([]string{fkv1.ReasonNext}))
+		before := rc.counts()
+		Expect(w0.Release(ctx)).To(Succeed())
+		var w1 *lease.Lease
+		Eventually(got, 10*time.Second).Should(Receive(&w1))
+		DeferCleanup(func() { _ = w1.Release(ctx) })
+		Expect(rec.grantReason()).To(ContainSubstring("seen first on the lease"))
+
+		By("from W0's release on, W1 sends only its first renewal: no read, no new watch")
+		Consistently(func() map[string]int {
+			now, added := rc.counts(), map[string]int{}
+			for k, v := range now {
+				if d := v - before[k]; d > 0 {
+					added[k] = d
+				}
+			}
+			delete(added, "DELETE fencedleases") // W0's release
+			return added
+		}, 2*time.Second, 100*time.Millisecond).Should(Equal(map[string]int{"PUT leases": 1}))
+
+		By("and those watches tell it of a loss: its claim deleted by someone else")
+		var claim fkv1.FencedLease
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: w1.ClaimName}, &claim)).To(Succeed())
+		Expect(admin.Delete(ctx, &claim)).To(Succeed())
+		Eventually(w1.Done(), 5*time.Second).Should(BeClosed())
+		Expect(rec.lostReason()).To(Or(ContainSubstring("deleted by someone else"), ContainSubstring("names claim")))
+		Expect(rc.counts()["GET fencedleases"]).To(Equal(before["GET fencedleases"]), "the loss was read, not watched")
+	})
+
+	It("takes a grant seen first on its claim without taking the Lease versions its watch still has to deliver for a loss", func() {
+		prev, _, _ := holderClient(ns)
+		w0, err := prev.Acquire(ctx, "report", "W0", lease.Options{TTL: 60 * time.Second, RenewInterval: 100 * time.Millisecond})
+		Expect(err).NotTo(HaveOccurred())
+		holder, f, _ := holderClient(ns)
+		f.set(func(f *faults) { f.holdWatchPath = "/leases" })
+		rec := &recorder{}
+		got := make(chan *lease.Lease, 1)
+		go func() {
+			defer GinkgoRecover()
+			w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 60 * time.Second, OnTransition: rec.record})
+			Expect(err).NotTo(HaveOccurred())
+			got <- w1
+		}()
+		Eventually(func() string {
+			for _, c := range claims(ns) {
+				if c.Spec.HolderIdentity == "W1" {
+					return heldReason(&c)
+				}
+			}
+			return ""
+		}, 10*time.Second).Should(Equal(fkv1.ReasonNext), "W1 is the head waiter: it watches the Lease")
+
+		By("W1's Lease watch stalls while W0 renews (versions naming W0 queue in it), then W0 releases")
+		hold := make(chan struct{})
+		f.set(func(f *faults) { f.holdWatch = hold })
+		released := false
+		DeferCleanup(func() {
+			if !released {
+				close(hold)
+			}
+		})
+		time.Sleep(500 * time.Millisecond) // about five renewals of W0
+		Expect(w0.Release(ctx)).To(Succeed())
+		var w1 *lease.Lease
+		Eventually(got, 10*time.Second).Should(Receive(&w1))
+		DeferCleanup(func() { _ = w1.Release(ctx) })
+		Expect(rec.grantReason()).To(ContainSubstring("seen first on the claim"))
+
+		By("the stalled watch delivers W0's versions: W1 keeps its lease")
+		f.set(func(f *faults) { f.holdWatch = nil })
+		close(hold)
+		released = true
+		Consistently(w1.State, 2*time.Second, 50*time.Millisecond).Should(Equal(lease.Held))
+		_, led := ledgerOf(ns, "report")
+		Expect(led.HolderUID).To(Equal(w1.UID))
 	})
 
 	It("has O(1) watchers of a lock's Lease however many wait: the holder and the head waiter", func() {
