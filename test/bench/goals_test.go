@@ -129,7 +129,7 @@ func TestReportJSONKeys(t *testing.T) {
 		"current_staleness_window_ms", "election_takeover_burst_overshoot_ms", "election_takeover_burst_phases_ms", "election_takeover_overshoot_ms", "election_takeover_phases_ms", "etcd_mutex_handoff_ms", "floor_by_phase_ms", "floor_ms", "floor_throughput_breakdown", "floor_updates_per_s",
 		"graceful_handoff_ms", "grant_existing_lease_seen_ms", "grant_existing_ms", "grant_lease_seen_ms", "grant_ms", "grant_new_ms", "grants_per_s",
 		"guarded_update_cel_by_bindings_ms", "guarded_update_cel_ms", "guarded_update_ms", "handoff_lease_seen_ms", "handoff_ms", "noop_resync_writes", "pod_held_steady_writes", "quick", "ratios", "request_cost_ms", "rss_mib_10k", "rss_mib_50k", "scale_all_grants_correct",
-		"scale_claims", "scale_curve", "scale_locks",
+		"scale_claims", "scale_curve", "scale_earlier_claims", "scale_locks",
 		"semaphore_admission_ms", "semaphore_grant_lease_seen_ms", "semaphore_grant_ms", "semaphore_handoff_lease_seen_ms", "semaphore_handoff_ms",
 		"stale_refused_after_release_ms", "takeover_burst_overshoot_ms", "takeover_overshoot_ms", "throughput_breakdown", "unguarded_update_cel_by_bindings_ms", "unguarded_update_cel_ms", "unguarded_update_ms", "webhook_call_mean_ms", "webhook_handler_mean_ms", "webhook_server_mean_ms",
 		"writes_per_grant", "writes_per_grant_existing", "writes_per_grant_new", "writes_per_handoff", "writes_per_renewal"}

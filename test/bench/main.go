@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	fkv1 "github.com/fencekeeper/fencekeeper/api/v1alpha1"
 	"github.com/fencekeeper/fencekeeper/pkg/lease"
 )
 
@@ -313,12 +314,21 @@ func run(quick bool, p params, only steps) error {
 		done = step(fmt.Sprintf("scale: %d claims over %d locks (CPU profile during it)", p.scaleClaims, p.scaleLocks))
 		profDone := make(chan error, 1)
 		go func() { profDone <- cl.profile("profile", 10, ".bench/cpu.pprof") }()
+		// The cluster holds scaleClaims claims when the RSS is read, the
+		// earlier steps' (their queues and holders) included, as the scale
+		// curve counts them: the step adds the rest, two per lock.
+		var earlier fkv1.FencedLeaseList
+		if err := c.List(ctx, &earlier); err != nil {
+			return err
+		}
+		add := max(p.scaleClaims-len(earlier.Items), 2)
+		locks := max(add*p.scaleLocks/p.scaleClaims, 1)
 		var detail string
-		r.RSSMiB10k, r.ScaleCorrect, detail, err = scale(ctx, c, cl, p.scaleClaims, p.scaleLocks, 32)
+		r.RSSMiB10k, r.ScaleCorrect, detail, err = scale(ctx, c, cl, add, locks, 32)
 		if err != nil {
 			return err
 		}
-		r.ScaleClaims, r.ScaleLocks = p.scaleClaims, p.scaleLocks
+		r.ScaleClaims, r.ScaleEarlierClaims, r.ScaleLocks = len(earlier.Items)+add, len(earlier.Items), locks
 		if err := <-profDone; err != nil {
 			fmt.Fprintln(os.Stderr, "bench: CPU profile:", err)
 		}

@@ -93,7 +93,11 @@ type report struct {
 	StaleRefusedAfterReleaseMS latency      `json:"stale_refused_after_release_ms"`
 	CurrentStalenessWindowMS   latency      `json:"current_staleness_window_ms"`
 	RSSMiB10k                  float64      `json:"rss_mib_10k"`
+	// ScaleClaims: the claims in the cluster when RSSMiB10k was read, the
+	// ScaleEarlierClaims earlier steps left among them; ScaleLocks: the
+	// step's own locks.
 	ScaleClaims                int          `json:"scale_claims"`
+	ScaleEarlierClaims         int          `json:"scale_earlier_claims"`
 	ScaleLocks                 int          `json:"scale_locks"`
 	ScaleCorrect               bool         `json:"scale_all_grants_correct"`
 	RSSMiB50k                  float64      `json:"rss_mib_50k"`
