@@ -36,7 +36,7 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 			return ctrl.Result{}, err
 		}
 		// That Lease is outside the cache: its removal sends no event.
-		return ctrl.Result{RequeueAfter: r.foreignRecheck}, nil
+		return retry(r.foreignRecheck), nil
 	case actReleaseFinalizer:
 		// The Lease goes: nothing is vouched for from its cached copy, and
 		// no permit is live.
@@ -70,7 +70,7 @@ func (r *Reconciler) act(ctx context.Context, lock types.NamespacedName, g gathe
 			// watch ended: perhaps an etcd restore): decide again in the
 			// current term, or never.
 			r.memory.publishView(lock, View{})
-			return ctrl.Result{RequeueAfter: time.Second}, nil
+			return retry(time.Second), nil
 		}
 		if a.kind != actRepair {
 			// The holder changes: the webhook must not trust the old view

@@ -140,7 +140,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if g.termFloor, g.term, ok = r.floor.get(lock); !ok {
 		// Nothing is decided before this term's floor is read; the lock is
 		// queued again when it is (the timer only covers a lost wake-up).
-		return ctrl.Result{RequeueAfter: time.Second}, nil
+		return retry(time.Second), nil
 	}
 	if g.lease == nil && g.foreign == "" && len(g.claims) > 0 {
 		// A new ledger: its Lease is created free first, and what is

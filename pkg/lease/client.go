@@ -395,12 +395,16 @@ func (w heldWatches) stop() {
 func (c *Client) waitGrant(ctx context.Context, l *Lease, claim *fkv1.FencedLease) (g grant, err error) {
 	key := client.ObjectKeyFromObject(claim)
 	cctx, stopClaims := context.WithCancel(l.ctx)
-	claims := follow(cctx, c.c, key, claimKind, true, claim.ResourceVersion)
+	claims := follow(cctx, c.c, key, claimKind, reading(true), claim.ResourceVersion)
 
 	var (
 		leases     <-chan seen[*coordinationv1.Lease]
 		stopLeases = func() {}
 		leaseOff   bool // the Lease cannot be watched (Forbidden, say)
+		// leaseRead: the Lease's follow reads first when it starts over,
+		// switched on once it is a holder's (a waiter's Lease may not
+		// exist yet; a holder's must be reported gone).
+		leaseRead = reading(false)
 	)
 	defer func() {
 		switch {
@@ -408,6 +412,7 @@ func (c *Client) waitGrant(ctx context.Context, l *Lease, claim *fkv1.FencedLeas
 			stopClaims()
 			stopLeases()
 		case g.source == sourceLease:
+			leaseRead.Store(true)
 			g.watches = heldWatches{claims: claims, stopClaims: stopClaims, leases: leases, stopLeases: stopLeases}
 		default:
 			stopLeases()
@@ -418,7 +423,7 @@ func (c *Client) waitGrant(ctx context.Context, l *Lease, claim *fkv1.FencedLeas
 		switch {
 		case on && leases == nil && !leaseOff:
 			lctx, cancel := context.WithCancel(l.ctx)
-			leases, stopLeases = follow(lctx, c.c, client.ObjectKey{Namespace: c.namespace, Name: l.Lock}, leaseKind, false, ""), cancel
+			leases, stopLeases = follow(lctx, c.c, client.ObjectKey{Namespace: c.namespace, Name: l.Lock}, leaseKind, leaseRead, ""), cancel
 		case !on && leases != nil:
 			stopLeases()
 			leases, stopLeases = nil, func() {}

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -40,6 +41,13 @@ var (
 	}
 )
 
+// reading returns a follow's read setting, set to on.
+func reading(on bool) *atomic.Bool {
+	b := &atomic.Bool{}
+	b.Store(on)
+	return b
+}
+
 const (
 	minFollowBackoff = 50 * time.Millisecond
 	maxFollowBackoff = time.Second
@@ -51,18 +59,21 @@ const (
 // seen after a normal end, from scratch after an error (a version too old,
 // say).
 //
-// How it starts from scratch: with read, by reading the object and
+// How it starts from scratch: with read set, by reading the object and
 // watching from that version, so an object deleted while no watch ran is
-// reported gone; without, by a watch from no version, which begins with
-// the object's current state if it exists and says nothing if it does not
-// (one request, and all a waiter needs of a Lease that may not exist yet).
+// reported gone, and nothing older than the read is reported; without, by
+// a watch from no version, which begins with the object's current state
+// if it exists and says nothing if it does not (one request, and all a
+// waiter needs of a Lease that may not exist yet). read is looked at each
+// time the follow starts from scratch: a waiter's follow handed to a
+// holder switches it on.
 // fromRV, when set, is a version already seen: the first watch starts
 // there, without a read.
 //
 // Transient errors (retriable) are retried, backing off from 50 ms to 1 s;
 // any other (Forbidden, say) is reported and ends the follow. The channel
 // is closed when the follow ends.
-func follow[T client.Object](ctx context.Context, c client.WithWatch, key client.ObjectKey, k kind[T], read bool, fromRV string) <-chan seen[T] {
+func follow[T client.Object](ctx context.Context, c client.WithWatch, key client.ObjectKey, k kind[T], read *atomic.Bool, fromRV string) <-chan seen[T] {
 	out := make(chan seen[T])
 	go func() {
 		defer close(out)
@@ -92,7 +103,7 @@ func follow[T client.Object](ctx context.Context, c client.WithWatch, key client
 		}
 		rv := fromRV
 		for ctx.Err() == nil {
-			if rv == "" && read {
+			if rv == "" && read.Load() {
 				obj := k.newObj()
 				err := c.Get(ctx, key, obj)
 				switch {

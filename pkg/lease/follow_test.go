@@ -25,12 +25,14 @@ type watches struct {
 	mu      sync.Mutex
 	errs    []error
 	started chan *watch.FakeWatcher
-	rvs     []string // the resourceVersion of every watch started
+	// leases, when set, gets the Lease watches (started the others).
+	leases chan *watch.FakeWatcher
+	rvs    []string // the resourceVersion of every watch started
 }
 
 func (w *watches) client() client.WithWatch {
 	return interceptor.NewClient(fake.NewClientBuilder().WithScheme(Scheme()).Build(), interceptor.Funcs{
-		Watch: func(_ context.Context, _ client.WithWatch, _ client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+		Watch: func(_ context.Context, _ client.WithWatch, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
 			lo := (&client.ListOptions{}).ApplyOptions(opts)
 			w.mu.Lock()
 			defer w.mu.Unlock()
@@ -44,7 +46,11 @@ func (w *watches) client() client.WithWatch {
 				return nil, err
 			}
 			fw := watch.NewFakeWithChanSize(10, false)
-			w.started <- fw
+			if _, isLease := list.(*coordinationv1.LeaseList); isLease && w.leases != nil {
+				w.leases <- fw
+			} else {
+				w.started <- fw
+			}
 			return fw, nil
 		},
 	})
@@ -72,7 +78,7 @@ func TestFollowReportsVersionsDeletesAndRestartsAfterAnErrorEvent(t *testing.T) 
 	w := &watches{started: make(chan *watch.FakeWatcher, 4), errs: []error{apierrors.NewServiceUnavailable("busy")}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch := follow(ctx, w.client(), client.ObjectKey{Namespace: "ns", Name: "report"}, leaseKind, false, "")
+	ch := follow(ctx, w.client(), client.ObjectKey{Namespace: "ns", Name: "report"}, leaseKind, reading(false), "")
 
 	fw := <-w.started // after the transient error, retried
 	fw.Add(ledgerLease("10", "a", "7"))
@@ -103,7 +109,7 @@ func TestFollowReportsVersionsDeletesAndRestartsAfterAnErrorEvent(t *testing.T) 
 func TestFollowEndsOnAnErrorItDoesNotRetry(t *testing.T) {
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "report", nil)
 	w := &watches{started: make(chan *watch.FakeWatcher, 1), errs: []error{forbidden}}
-	ch := follow(context.Background(), w.client(), client.ObjectKey{Namespace: "ns", Name: "report"}, leaseKind, false, "")
+	ch := follow(context.Background(), w.client(), client.ObjectKey{Namespace: "ns", Name: "report"}, leaseKind, reading(false), "")
 	if s, open := next(t, ch); !open || !apierrors.IsForbidden(s.err) {
 		t.Fatalf("got %+v (open %v), want the Forbidden error", s, open)
 	}
@@ -116,11 +122,61 @@ func TestFollowWithReadReportsAMissingObjectGone(t *testing.T) {
 	w := &watches{started: make(chan *watch.FakeWatcher, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch := follow(ctx, w.client(), client.ObjectKey{Namespace: "ns", Name: "report"}, leaseKind, true, "")
+	ch := follow(ctx, w.client(), client.ObjectKey{Namespace: "ns", Name: "report"}, leaseKind, reading(true), "")
 	if s, _ := next(t, ch); !s.gone {
 		t.Fatalf("got %+v, want gone (the fake has no Lease)", s)
 	}
 	(<-w.started).Stop()
+}
+
+// A grant seen on the Lease hands the wait's Lease follow to the holder,
+// which from then on reads the Lease when the follow starts over (a
+// waiter's follow did not: its Lease may not exist yet): a Lease deleted
+// while no watch ran is reported gone, not missed.
+func TestHandedOverLeaseFollowReadsWhenItStartsOver(t *testing.T) {
+	w := &watches{started: make(chan *watch.FakeWatcher, 4), leases: make(chan *watch.FakeWatcher, 4)}
+	c := NewClientFrom(w.client(), "ns")
+	opts := Options{TTL: 30 * time.Second}
+	if err := opts.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	l := newLease(c, "report", "W1", opts)
+	defer l.cancel()
+	claim := &fkv1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "report", UID: "us", ResourceVersion: "5"},
+		Spec: fkv1.FencedLeaseSpec{LockName: "report", HolderIdentity: "W1"}}
+	l.ClaimName, l.UID, l.MaxHolders = claim.Name, claim.UID, 1
+	type result struct {
+		g   grant
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		g, err := c.waitGrant(context.Background(), l, claim)
+		done <- result{g, err}
+	}()
+	var lw *watch.FakeWatcher
+	select {
+	case lw = <-w.leases: // a new claim may be next: it watches the Lease
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter started no Lease watch")
+	}
+	lw.Add(ledgerLease("10", "us", "7"))
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no grant within 5s")
+	}
+	if r.err != nil || r.g.source != sourceLease || r.g.epoch != 7 || r.g.watches.leases == nil {
+		t.Fatalf("waitGrant = %+v, %v; want epoch 7 seen on the Lease, its follow handed over", r.g, r.err)
+	}
+	defer r.g.watches.stop()
+	// The stream ends with an error: the follow starts over, and the fake
+	// has no Lease.
+	lw.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired})
+	if s, _ := next(t, r.g.watches.leases); !s.gone {
+		t.Fatalf("got %+v, want the Lease reported gone", s)
+	}
 }
 
 func TestLeaseGrant(t *testing.T) {

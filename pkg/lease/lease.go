@@ -324,7 +324,7 @@ func (l *Lease) watchLease() {
 	if leases != nil {
 		defer l.watches.stopLeases()
 	} else {
-		leases = follow(ctx, l.cl.c, client.ObjectKey{Namespace: l.Namespace, Name: l.Lock}, leaseKind, true, rv)
+		leases = follow(ctx, l.cl.c, client.ObjectKey{Namespace: l.Namespace, Name: l.Lock}, leaseKind, reading(true), rv)
 	}
 	for {
 		select {
@@ -382,7 +382,7 @@ func (l *Lease) watchClaim() {
 	if claims != nil {
 		defer l.watches.stopClaims()
 	} else {
-		claims = follow(ctx, l.cl.c, client.ObjectKey{Namespace: l.Namespace, Name: l.ClaimName}, claimKind, true, "")
+		claims = follow(ctx, l.cl.c, client.ObjectKey{Namespace: l.Namespace, Name: l.ClaimName}, claimKind, reading(true), "")
 	}
 	for {
 		select {
