@@ -89,19 +89,19 @@ type report struct {
 	// the guarded one, at each binding count.
 	UnguardedUpdateCELByBindings map[string]latency `json:"unguarded_update_cel_by_bindings_ms"`
 	// CELByBindings: the same, as a curve over the bound-lock counts.
-	CELByBindings              []celPoint   `json:"cel_by_bindings"`
-	StaleRefusedAfterReleaseMS latency      `json:"stale_refused_after_release_ms"`
-	CurrentStalenessWindowMS   latency      `json:"current_staleness_window_ms"`
-	RSSMiB10k                  float64      `json:"rss_mib_10k"`
+	CELByBindings              []celPoint `json:"cel_by_bindings"`
+	StaleRefusedAfterReleaseMS latency    `json:"stale_refused_after_release_ms"`
+	CurrentStalenessWindowMS   latency    `json:"current_staleness_window_ms"`
+	RSSMiB10k                  float64    `json:"rss_mib_10k"`
 	// ScaleClaims: the claims in the cluster when RSSMiB10k was read, the
 	// ScaleEarlierClaims earlier steps left among them; ScaleLocks: the
 	// step's own locks.
-	ScaleClaims                int          `json:"scale_claims"`
-	ScaleEarlierClaims         int          `json:"scale_earlier_claims"`
-	ScaleLocks                 int          `json:"scale_locks"`
-	ScaleCorrect               bool         `json:"scale_all_grants_correct"`
-	RSSMiB50k                  float64      `json:"rss_mib_50k"`
-	ScaleCurve                 []scalePoint `json:"scale_curve"`
+	ScaleClaims        int          `json:"scale_claims"`
+	ScaleEarlierClaims int          `json:"scale_earlier_claims"`
+	ScaleLocks         int          `json:"scale_locks"`
+	ScaleCorrect       bool         `json:"scale_all_grants_correct"`
+	RSSMiB50k          float64      `json:"rss_mib_50k"`
+	ScaleCurve         []scalePoint `json:"scale_curve"`
 	// RequestCostMS: per phase (floor, grant_new, grant_existing,
 	// handoff_waiters_N; the last three over their timed part), each
 	// request kind's mean server time (requestcost.go).
