@@ -164,11 +164,10 @@ func (r *requestCounts) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.URL.Query().Get("watch") == "true" {
 			verb = "WATCH"
 		}
-		resource := rest
-		if parts := strings.Split(rest, "/"); len(parts) == 3 {
-			resource = parts[0] + "/" + parts[2]
-		} else {
-			resource = parts[0]
+		parts := strings.Split(rest, "/")
+		resource := parts[0]
+		if len(parts) == 3 {
+			resource += "/" + parts[2]
 		}
 		r.mu.Lock()
 		r.n[verb+" "+resource]++
@@ -211,6 +210,42 @@ func apiserverLeaseWatches() float64 {
 	}
 	ExpectWithOffset(1, found).To(BeTrue(), "kube-apiserver reports no Lease watches in apiserver_longrunning_requests")
 	return sum
+}
+
+// acquireW1 acquires lock "report" as W1 in the background (TTL 60 s),
+// recording its transitions in rec; the Lease comes on the channel.
+func acquireW1(holder *lease.Client, rec *recorder) <-chan *lease.Lease {
+	got := make(chan *lease.Lease, 1)
+	go func() {
+		defer GinkgoRecover()
+		w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 60 * time.Second, OnTransition: rec.record})
+		Expect(err).NotTo(HaveOccurred())
+		got <- w1
+	}()
+	return got
+}
+
+// handOver releases w0 and returns the waiter's Lease from got, granted
+// as rec shows, seen first on source ("lease" or "claim"); released when
+// the spec ends.
+func handOver(w0 *lease.Lease, got <-chan *lease.Lease, rec *recorder, source string) *lease.Lease {
+	ExpectWithOffset(1, w0.Release(ctx)).To(Succeed())
+	var w1 *lease.Lease
+	EventuallyWithOffset(1, got, 10*time.Second).Should(Receive(&w1))
+	DeferCleanup(func() { _ = w1.Release(ctx) })
+	ExpectWithOffset(1, rec.grantReason()).To(ContainSubstring("seen first on the " + source))
+	return w1
+}
+
+// reasonOf is the reason of the Held condition of holder's claim in ns
+// ("" without a claim or a condition).
+func reasonOf(ns, holder string) string {
+	for _, c := range claims(ns) {
+		if c.Spec.HolderIdentity == holder {
+			return heldReason(&c)
+		}
+	}
+	return ""
 }
 
 // heldReason is the reason of a claim's Held condition ("" without one).
@@ -409,28 +444,10 @@ var _ = Describe("How a holder learns of its grant and its loss", func() {
 		w0, err := holder.Acquire(ctx, "report", "W0", lease.Options{TTL: 60 * time.Second})
 		Expect(err).NotTo(HaveOccurred())
 		rec := &recorder{}
-		got := make(chan *lease.Lease, 1)
-		go func() {
-			defer GinkgoRecover()
-			w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 60 * time.Second, OnTransition: rec.record})
-			Expect(err).NotTo(HaveOccurred())
-			got <- w1
-		}()
-		Eventually(func() []string {
-			var out []string
-			for _, c := range claims(ns) {
-				if c.Spec.HolderIdentity == "W1" {
-					out = append(out, heldReason(&c))
-				}
-			}
-			return out
-		}, 10*time.Second).Should(Equal([]string{fkv1.ReasonNext}))
+		got := acquireW1(holder, rec)
+		Eventually(func() string { return reasonOf(ns, "W1") }, 10*time.Second).Should(Equal(fkv1.ReasonNext))
 		before := rc.counts()
-		Expect(w0.Release(ctx)).To(Succeed())
-		var w1 *lease.Lease
-		Eventually(got, 10*time.Second).Should(Receive(&w1))
-		DeferCleanup(func() { _ = w1.Release(ctx) })
-		Expect(rec.grantReason()).To(ContainSubstring("seen first on the lease"))
+		w1 := handOver(w0, got, rec, "lease")
 
 		By("from W0's release on, W1 sends only its first renewal: no read, no new watch")
 		Consistently(func() map[string]int {
@@ -460,21 +477,8 @@ var _ = Describe("How a holder learns of its grant and its loss", func() {
 		holder, f, _ := holderClient(ns)
 		f.set(func(f *faults) { f.holdWatchPath = "/leases" })
 		rec := &recorder{}
-		got := make(chan *lease.Lease, 1)
-		go func() {
-			defer GinkgoRecover()
-			w1, err := holder.Acquire(ctx, "report", "W1", lease.Options{TTL: 60 * time.Second, OnTransition: rec.record})
-			Expect(err).NotTo(HaveOccurred())
-			got <- w1
-		}()
-		Eventually(func() string {
-			for _, c := range claims(ns) {
-				if c.Spec.HolderIdentity == "W1" {
-					return heldReason(&c)
-				}
-			}
-			return ""
-		}, 10*time.Second).Should(Equal(fkv1.ReasonNext), "W1 is the head waiter: it watches the Lease")
+		got := acquireW1(holder, rec)
+		Eventually(func() string { return reasonOf(ns, "W1") }, 10*time.Second).Should(Equal(fkv1.ReasonNext), "W1 is the head waiter: it watches the Lease")
 
 		By("W1's Lease watch stalls while W0 renews (versions naming W0 queue in it), then W0 releases")
 		hold := make(chan struct{})
@@ -486,11 +490,7 @@ var _ = Describe("How a holder learns of its grant and its loss", func() {
 			}
 		})
 		time.Sleep(500 * time.Millisecond) // about five renewals of W0
-		Expect(w0.Release(ctx)).To(Succeed())
-		var w1 *lease.Lease
-		Eventually(got, 10*time.Second).Should(Receive(&w1))
-		DeferCleanup(func() { _ = w1.Release(ctx) })
-		Expect(rec.grantReason()).To(ContainSubstring("seen first on the claim"))
+		w1 := handOver(w0, got, rec, "claim")
 
 		By("the stalled watch delivers W0's versions: W1 keeps its lease")
 		f.set(func(f *faults) { f.holdWatch = nil })
