@@ -27,7 +27,8 @@ import (
 // before that (see timer): a held lock's renewals and status changes go in
 // line with new claims, and a load of them cannot starve new locks. A
 // timer whose first stage waits behind a backlog longer than the window
-// is due when its lock is taken, and that reconcile acts on it.
+// is due when its lock is taken, and that reconcile acts on it: late by
+// the backlog's wait, never early.
 // Ordering only: what a reconcile decides does not depend on it.
 const PriorityHandover = 10
 
